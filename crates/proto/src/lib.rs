@@ -1,0 +1,217 @@
+//! cairn-proto: the memcached text and meta protocols, with no I/O.
+//!
+//! ```text
+//!   bytes from a socket ──> parse(buf, limits) ──> Ok(Some((Request, consumed)))  answer it
+//!                                              ├─> Ok(None)                        read more
+//!                                              └─> Err(ProtocolError)             send its reply,
+//!                                                                                 drop `consumed`
+//!                                                                                 (+ `swallow`)
+//!   responses <── encode::* (append to one output buffer, flushed once per read batch)
+//! ```
+//!
+//! The parser is incremental: it never consumes a partial request, so the caller keeps unparsed
+//! bytes and calls again after the next read. Every limit (key length, line length, value size,
+//! keys per get) is checked before anything is allocated. Errors carry the exact line memcached
+//! 1.6 answers and say how many bytes to skip so the stream stays in sync; only a line that can
+//! never end (longer than the line limit) asks the caller to close the connection.
+//!
+//! Non-goals: executing commands (the server does), binary protocol, UDP.
+
+pub mod encode;
+mod meta;
+mod text;
+
+pub use meta::{MetaCmd, MetaFlags, MetaMode, MetaRequest};
+
+/// Limits checked before allocating anything for a request.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Longest key in bytes (memcached: 250).
+    pub max_key_len: usize,
+    /// Largest data block of a storage command (memcached `-I`, default 1 MiB).
+    pub max_value_len: usize,
+    /// Longest command line without its data block, except retrieval lines (memcached: 2048).
+    pub max_line_len: usize,
+    /// Most keys one get/gets/gat/gats line may name.
+    pub max_keys_per_get: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_key_len: 250,
+            max_value_len: 1 << 20,
+            max_line_len: 2048,
+            max_keys_per_get: 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Longest retrieval line: every key at full length plus separators.
+    pub fn max_get_line_len(&self) -> usize {
+        self.max_line_len + self.max_keys_per_get * (self.max_key_len + 1)
+    }
+}
+
+/// Which retrieval command a `Get` request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetKind {
+    Get,
+    Gets,
+    Gat,
+    Gats,
+}
+
+impl GetKind {
+    /// Whether the reply lines carry the CAS unique.
+    pub fn with_cas(self) -> bool {
+        matches!(self, GetKind::Gets | GetKind::Gats)
+    }
+}
+
+/// Which storage command a `Store` request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// One parsed client request. Keys and values are owned copies of the input bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// get/gets <key>* and gat/gats <exptime> <key>*.
+    Get {
+        kind: GetKind,
+        /// Only for gat/gats: the new expiration time as sent (relative or absolute).
+        exptime: Option<i64>,
+        keys: Vec<Vec<u8>>,
+    },
+    /// set/add/replace/append/prepend/cas.
+    Store {
+        kind: StoreKind,
+        key: Vec<u8>,
+        flags: u32,
+        exptime: i64,
+        /// Only meaningful for `cas`.
+        cas_unique: u64,
+        value: Vec<u8>,
+        noreply: bool,
+    },
+    Delete {
+        key: Vec<u8>,
+        noreply: bool,
+    },
+    /// incr (true) / decr (false).
+    Arith {
+        incr: bool,
+        key: Vec<u8>,
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: Vec<u8>,
+        exptime: i64,
+        noreply: bool,
+    },
+    FlushAll {
+        /// Seconds (or absolute time) after which everything is invalid; 0 = now.
+        delay: i64,
+        noreply: bool,
+    },
+    /// stats [group] [args]: the words after `stats`.
+    Stats {
+        args: Vec<String>,
+    },
+    Version,
+    Verbosity {
+        noreply: bool,
+    },
+    Quit,
+    /// mg/ms/md/ma/mn/me.
+    Meta(MetaRequest),
+    /// Server administration lines the core protocol does not define (`config ...`,
+    /// `checkpoint`, ...): the command word and its arguments, for the server to answer.
+    Admin {
+        words: Vec<String>,
+    },
+}
+
+/// What kind of error line a bad request gets.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    /// `ERROR`: a nonexistent command name.
+    #[error("ERROR")]
+    UnknownCommand,
+    /// `CLIENT_ERROR <why>`.
+    #[error("CLIENT_ERROR {0}")]
+    Client(&'static str),
+    /// `SERVER_ERROR object too large for cache`.
+    #[error("SERVER_ERROR object too large for cache")]
+    TooLarge,
+}
+
+/// A request that cannot be answered normally. The caller sends `kind` as a line (unless
+/// `silent`), drops `consumed` bytes of its buffer, then drops `swallow` more bytes as they
+/// arrive (a data block that is refused but must be skipped), and closes the connection if
+/// `close` is set.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}")]
+pub struct ProtocolError {
+    pub kind: ErrorKind,
+    /// Bytes of the current buffer that belong to the bad request.
+    pub consumed: usize,
+    /// Further bytes beyond `consumed` that belong to it (possibly not received yet).
+    pub swallow: usize,
+    /// The stream cannot be resynchronised: reply, then close.
+    pub close: bool,
+    /// The request asked for `noreply` and memcached stays silent for this error.
+    pub silent: bool,
+}
+
+impl ProtocolError {
+    pub(crate) fn client(why: &'static str, consumed: usize) -> Self {
+        ProtocolError {
+            kind: ErrorKind::Client(why),
+            consumed,
+            swallow: 0,
+            close: false,
+            silent: false,
+        }
+    }
+
+    pub(crate) fn unknown(consumed: usize) -> Self {
+        ProtocolError {
+            kind: ErrorKind::UnknownCommand,
+            consumed,
+            swallow: 0,
+            close: false,
+            silent: false,
+        }
+    }
+
+    /// The line the server answers with, without `\r\n`.
+    pub fn reply_line(&self) -> String {
+        self.kind.to_string()
+    }
+}
+
+/// Parses one request from the front of `buf`.
+///
+/// Returns `Ok(Some((request, consumed)))` for a complete request, `Ok(None)` when more bytes
+/// are needed, and `Err` for a request that must be answered with an error.
+pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<(Request, usize)>, ProtocolError> {
+    text::parse(buf, limits)
+}
+
+/// Checks a key: 1..=max bytes, no control characters or whitespace.
+pub fn key_is_valid(key: &[u8], limits: &Limits) -> bool {
+    !key.is_empty() && key.len() <= limits.max_key_len && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,270 @@
+//! The meta protocol of memcached 1.6: mg, ms, md, ma, mn, me.
+//!
+//! ```text
+//!   mg <key> <flag>*\r\n                 ms <key> <datalen> <flag>*\r\n<data>\r\n
+//!   md <key> <flag>*\r\n                 ma <key> <flag>*\r\n
+//!   mn\r\n                               me <key>\r\n
+//!   flag = one letter, optionally followed by its token: v  t  T30  Oabc  MS  C123
+//! ```
+//!
+//! Flags are parsed into [`MetaFlags`]; which flags a command accepts is checked here, what they
+//! do is up to the server. Once `ms` has a valid data length, any later error still skips the
+//! data block so the stream stays in sync.
+
+use base64::Engine;
+
+use crate::text::{data_block, parse_i64, parse_u32, parse_u64, refuse_block};
+use crate::{key_is_valid, ErrorKind, Limits, ProtocolError, Request};
+
+/// Which meta command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaCmd {
+    Get,
+    Set,
+    Delete,
+    Arith,
+    Noop,
+    Debug,
+}
+
+/// The `M` flag of ms (storage mode) and ma (arithmetic mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaMode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Incr,
+    Decr,
+}
+
+/// Every meta flag, decoded. Letters in the doc of each field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetaFlags {
+    /// b: the key is base64; return it encoded.
+    pub base64: bool,
+    /// c: return the CAS unique.
+    pub return_cas: bool,
+    /// f: return the client flags.
+    pub return_flags: bool,
+    /// h: return whether the item was hit before (0/1).
+    pub return_hit: bool,
+    /// k: return the key.
+    pub return_key: bool,
+    /// l: return seconds since last access.
+    pub return_last_access: bool,
+    /// O: opaque token echoed back.
+    pub opaque: Option<Vec<u8>>,
+    /// q: quiet mode, suppress the common-case reply (EN for mg, HD for ms/md/ma).
+    pub quiet: bool,
+    /// s: return the item size.
+    pub return_size: bool,
+    /// t: return the remaining TTL (-1 = never expires).
+    pub return_ttl: bool,
+    /// u: do not bump the item in the LRU.
+    pub no_bump: bool,
+    /// v: return the value.
+    pub return_value: bool,
+    /// N(ttl): autovivify on miss with this TTL.
+    pub vivify_ttl: Option<i64>,
+    /// R(ttl): win a recache if the remaining TTL is below this.
+    pub recache_ttl: Option<i64>,
+    /// T(ttl): update the TTL.
+    pub new_ttl: Option<i64>,
+    /// C(cas): compare CAS before writing.
+    pub compare_cas: Option<u64>,
+    /// E(cas): use this CAS unique for the new item instead of generating one.
+    pub explicit_cas: Option<u64>,
+    /// F(flags): client flags to store.
+    pub client_flags: Option<u32>,
+    /// I: invalidate (mark stale) instead of failing/removing.
+    pub invalidate: bool,
+    /// M(mode): storage or arithmetic mode.
+    pub mode: Option<MetaMode>,
+    /// D(n): delta for ma (default 1).
+    pub delta: Option<u64>,
+    /// J(n): initial value for ma autovivify (default 0).
+    pub initial: Option<u64>,
+    /// x: md removes the value but keeps the item.
+    pub remove_value: bool,
+}
+
+/// One meta request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaRequest {
+    pub cmd: MetaCmd,
+    /// The key, decoded from base64 if `b` was given. Empty for `mn`.
+    pub key: Vec<u8>,
+    pub flags: MetaFlags,
+    /// The data block of `ms`.
+    pub value: Option<Vec<u8>>,
+}
+
+impl MetaRequest {
+    /// The key as it goes on the wire (base64 again if it came that way).
+    pub fn wire_key(&self) -> Vec<u8> {
+        if self.flags.base64 {
+            base64::engine::general_purpose::STANDARD
+                .encode(&self.key)
+                .into_bytes()
+        } else {
+            self.key.clone()
+        }
+    }
+}
+
+fn allowed(cmd: MetaCmd) -> &'static [u8] {
+    match cmd {
+        MetaCmd::Get => b"bcfhklOqstuvNRTE",
+        MetaCmd::Set => b"bcCEFIkOqsTMN",
+        MetaCmd::Delete => b"bCEIkOqTx",
+        MetaCmd::Arith => b"bCENJDTMOqtcvk",
+        MetaCmd::Noop => b"",
+        MetaCmd::Debug => b"b",
+    }
+}
+
+fn bad_token(consumed: usize) -> ProtocolError {
+    ProtocolError::client("bad token in command line format", consumed)
+}
+
+fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFlags, ProtocolError> {
+    let mut f = MetaFlags::default();
+    let mut seen = [false; 128];
+    for w in words {
+        let letter = w[0];
+        let token = &w[1..];
+        if !letter.is_ascii() || !allowed(cmd).contains(&letter) {
+            return Err(ProtocolError::client("invalid flag", line_len));
+        }
+        if std::mem::replace(&mut seen[letter as usize], true) {
+            return Err(ProtocolError::client("duplicate flag", line_len));
+        }
+        let ttl = || parse_i64(token).ok_or_else(|| bad_token(line_len));
+        let num = || parse_u64(token).ok_or_else(|| bad_token(line_len));
+        match letter {
+            b'b' => f.base64 = true,
+            b'c' => f.return_cas = true,
+            b'f' => f.return_flags = true,
+            b'h' => f.return_hit = true,
+            b'k' => f.return_key = true,
+            b'l' => f.return_last_access = true,
+            b'q' => f.quiet = true,
+            b's' => f.return_size = true,
+            b't' => f.return_ttl = true,
+            b'u' => f.no_bump = true,
+            b'v' => f.return_value = true,
+            b'I' => f.invalidate = true,
+            b'x' => f.remove_value = true,
+            b'O' => {
+                if token.len() > 32 {
+                    return Err(ProtocolError::client("opaque token too long", line_len));
+                }
+                f.opaque = Some(token.to_vec());
+            }
+            b'N' => f.vivify_ttl = Some(ttl()?),
+            b'R' => f.recache_ttl = Some(ttl()?),
+            b'T' => f.new_ttl = Some(ttl()?),
+            b'C' => f.compare_cas = Some(num()?),
+            b'E' => f.explicit_cas = Some(num()?),
+            b'D' => f.delta = Some(num()?),
+            b'J' => f.initial = Some(num()?),
+            b'F' => f.client_flags = Some(parse_u32(token).ok_or_else(|| bad_token(line_len))?),
+            b'M' => {
+                let mode = match (cmd, token) {
+                    (MetaCmd::Set, b"S" | b"s") => MetaMode::Set,
+                    (MetaCmd::Set, b"E" | b"e") => MetaMode::Add,
+                    (MetaCmd::Set, b"R" | b"r") => MetaMode::Replace,
+                    (MetaCmd::Set, b"A" | b"a") => MetaMode::Append,
+                    (MetaCmd::Set, b"P" | b"p") => MetaMode::Prepend,
+                    (MetaCmd::Arith, b"I" | b"i" | b"+") => MetaMode::Incr,
+                    (MetaCmd::Arith, b"D" | b"d" | b"-") => MetaMode::Decr,
+                    _ => return Err(ProtocolError::client("invalid mode for ms STORE", line_len)),
+                };
+                f.mode = Some(mode);
+            }
+            _ => unreachable!("letter checked against the allowed list"),
+        }
+    }
+    Ok(f)
+}
+
+fn decode_key(raw: &[u8], base64: bool, limits: &Limits, line_len: usize) -> Result<Vec<u8>, ProtocolError> {
+    if !key_is_valid(raw, limits) && !(base64 && !raw.is_empty()) {
+        return Err(ProtocolError::client("bad command line format", line_len));
+    }
+    if !base64 {
+        return Ok(raw.to_vec());
+    }
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(raw)
+        .map_err(|_| ProtocolError::client("error decoding key", line_len))?;
+    if key.is_empty() || key.len() > limits.max_key_len {
+        return Err(ProtocolError::client("bad command line format", line_len));
+    }
+    Ok(key)
+}
+
+pub(crate) fn parse(
+    cmd_word: &[u8],
+    args: &[&[u8]],
+    buf: &[u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<Option<(Request, usize)>, ProtocolError> {
+    let cmd = match cmd_word {
+        b"mg" => MetaCmd::Get,
+        b"ms" => MetaCmd::Set,
+        b"md" => MetaCmd::Delete,
+        b"ma" => MetaCmd::Arith,
+        b"mn" => MetaCmd::Noop,
+        _ => MetaCmd::Debug,
+    };
+    if cmd == MetaCmd::Noop {
+        let req = MetaRequest {
+            cmd,
+            key: Vec::new(),
+            flags: MetaFlags::default(),
+            value: None,
+        };
+        return Ok(Some((Request::Meta(req), line_len)));
+    }
+    let Some((raw_key, rest)) = args.split_first() else {
+        return Err(ProtocolError::client("bad command line format", line_len));
+    };
+    if cmd == MetaCmd::Set {
+        let Some((len_word, flag_words)) = rest.split_first() else {
+            return Err(ProtocolError::client("bad command line format", line_len));
+        };
+        let Some(len) = parse_u64(len_word).and_then(|l| usize::try_from(l).ok()) else {
+            return Err(ProtocolError::client("bad data chunk", line_len));
+        };
+        // From here on the data length is known: every error skips the block.
+        let refuse = |e: ProtocolError| refuse_block(e.kind, line_len, len, false);
+        if len > limits.max_value_len {
+            return Err(refuse_block(ErrorKind::TooLarge, line_len, len, false));
+        }
+        let flags = parse_flags(cmd, flag_words, line_len).map_err(refuse)?;
+        let key = decode_key(raw_key, flags.base64, limits, line_len).map_err(refuse)?;
+        let Some((value, total)) = data_block(buf, line_len, len)? else {
+            return Ok(None);
+        };
+        let req = MetaRequest {
+            cmd,
+            key,
+            flags,
+            value: Some(value),
+        };
+        return Ok(Some((Request::Meta(req), total)));
+    }
+    let flags = parse_flags(cmd, rest, line_len)?;
+    let key = decode_key(raw_key, flags.base64, limits, line_len)?;
+    let req = MetaRequest {
+        cmd,
+        key,
+        flags,
+        value: None,
+    };
+    Ok(Some((Request::Meta(req), line_len)))
+}

@@ -1,0 +1,210 @@
+//! Parser tables: exact bytes in, exact outcome out.
+
+use super::*;
+use proptest::prelude::*;
+
+fn ok(input: &[u8]) -> (Request, usize) {
+    parse(input, &Limits::default())
+        .expect("parses")
+        .expect("complete")
+}
+
+fn err(input: &[u8]) -> ProtocolError {
+    parse(input, &Limits::default()).expect_err("is an error")
+}
+
+#[test]
+fn retrieval_lines() {
+    let (r, n) = ok(b"get a bb\r\nget c\r\n");
+    assert_eq!(n, 10);
+    assert_eq!(
+        r,
+        Request::Get {
+            kind: GetKind::Get,
+            exptime: None,
+            keys: vec![b"a".to_vec(), b"bb".to_vec()]
+        }
+    );
+    let (r, _) = ok(b"gats -1 k\r\n");
+    assert_eq!(
+        r,
+        Request::Get {
+            kind: GetKind::Gats,
+            exptime: Some(-1),
+            keys: vec![b"k".to_vec()]
+        }
+    );
+    assert_eq!(err(b"get\r\n").reply_line(), "ERROR");
+    assert_eq!(err(b"gat 10\r\n").reply_line(), "ERROR");
+    assert_eq!(
+        err(b"gat x k\r\n").reply_line(),
+        "CLIENT_ERROR invalid exptime argument"
+    );
+    let long = format!("get {}\r\n", "k".repeat(251));
+    assert_eq!(
+        err(long.as_bytes()).reply_line(),
+        "CLIENT_ERROR bad command line format"
+    );
+}
+
+#[test]
+fn storage_needs_the_whole_block() {
+    let limits = Limits::default();
+    assert_eq!(parse(b"set k 1 2 5\r\nhel", &limits), Ok(None));
+    assert_eq!(parse(b"set k 1 2 5", &limits), Ok(None));
+    let (r, n) = ok(b"set k 1 2 5 noreply\r\nhello\r\nrest");
+    assert_eq!(n, 28);
+    assert_eq!(
+        r,
+        Request::Store {
+            kind: StoreKind::Set,
+            key: b"k".to_vec(),
+            flags: 1,
+            exptime: 2,
+            cas_unique: 0,
+            value: b"hello".to_vec(),
+            noreply: true
+        }
+    );
+    let (r, _) = ok(b"cas k 0 0 1 99\r\nx\r\n");
+    assert!(matches!(r, Request::Store { kind: StoreKind::Cas, cas_unique: 99, .. }));
+}
+
+#[test]
+fn storage_errors_keep_the_stream_in_sync() {
+    let e = err(b"set k 0 0 3\r\nabcd\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad data chunk");
+    assert_eq!(e.consumed, 18);
+    let e = err(b"set k 0 0 2000000\r\n");
+    assert_eq!(e.reply_line(), "SERVER_ERROR object too large for cache");
+    assert_eq!((e.consumed, e.swallow, e.close), (19, 2_000_002, false));
+    let e = err(b"set k 0 0 2000000 noreply\r\n");
+    assert!(e.silent);
+    let e = err(b"set k x 0 1\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    let e = err(b"set k 0 0 -1\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    let long = format!("set {} 0 0 1\r\na\r\n", "k".repeat(251));
+    let e = err(long.as_bytes());
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!(e.swallow, 3, "the data block is skipped");
+    assert_eq!(err(b"set k 0 0\r\n").reply_line(), "ERROR");
+    assert_eq!(err(b"set k 4294967296 0 1\r\n").reply_line(), "CLIENT_ERROR bad command line format");
+}
+
+#[test]
+fn other_commands() {
+    assert_eq!(
+        ok(b"delete k 0 noreply\r\n").0,
+        Request::Delete { key: b"k".to_vec(), noreply: true }
+    );
+    assert_eq!(
+        err(b"delete k 5\r\n").reply_line(),
+        "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
+    );
+    assert_eq!(
+        ok(b"decr k 18446744073709551615\r\n").0,
+        Request::Arith { incr: false, key: b"k".to_vec(), delta: u64::MAX, noreply: false }
+    );
+    assert_eq!(
+        err(b"incr k -1\r\n").reply_line(),
+        "CLIENT_ERROR invalid numeric delta argument"
+    );
+    assert_eq!(
+        err(b"incr k 18446744073709551616\r\n").reply_line(),
+        "CLIENT_ERROR invalid numeric delta argument"
+    );
+    assert_eq!(
+        ok(b"touch k 10 noreply\r\n").0,
+        Request::Touch { key: b"k".to_vec(), exptime: 10, noreply: true }
+    );
+    assert_eq!(ok(b"flush_all\r\n").0, Request::FlushAll { delay: 0, noreply: false });
+    assert_eq!(ok(b"flush_all 5 noreply\r\n").0, Request::FlushAll { delay: 5, noreply: true });
+    assert_eq!(err(b"flush_all x\r\n").reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!(ok(b"version\r\n").0, Request::Version);
+    assert_eq!(ok(b"verbosity 1\r\n").0, Request::Verbosity { noreply: false });
+    assert_eq!(ok(b"stats slabs\r\n").0, Request::Stats { args: vec!["slabs".into()] });
+    assert_eq!(ok(b"quit\n").0, Request::Quit);
+    assert_eq!(err(b"\r\n").reply_line(), "ERROR");
+    assert_eq!(err(b"bogus\r\n").reply_line(), "ERROR");
+}
+
+#[test]
+fn endless_line_closes() {
+    let limits = Limits::default();
+    let e = parse(&[b'a'; 3000], &limits).expect_err("too long");
+    assert!(e.close);
+    assert_eq!(e.reply_line(), "CLIENT_ERROR line too long");
+    // A long multi-get line is fine while it is within the get limit.
+    assert_eq!(parse(&[b"get ".as_slice(), &[b'a'; 3000]].concat(), &limits), Ok(None));
+}
+
+#[test]
+fn meta_requests() {
+    let (r, _) = ok(b"mg foo v t c f Oab q\r\n");
+    let Request::Meta(m) = r else { panic!("meta") };
+    assert_eq!(m.cmd, MetaCmd::Get);
+    assert_eq!(m.key, b"foo");
+    assert!(m.flags.return_value && m.flags.return_ttl && m.flags.quiet);
+    assert_eq!(m.flags.opaque.as_deref(), Some(&b"ab"[..]));
+
+    let (r, n) = ok(b"ms foo 2 T10 F5 MA I\r\nhi\r\n");
+    assert_eq!(n, 26);
+    let Request::Meta(m) = r else { panic!("meta") };
+    assert_eq!(m.value.as_deref(), Some(&b"hi"[..]));
+    assert_eq!(m.flags.new_ttl, Some(10));
+    assert_eq!(m.flags.client_flags, Some(5));
+    assert_eq!(m.flags.mode, Some(MetaMode::Append));
+
+    let (r, _) = ok(b"mg Zm9v b k v\r\n");
+    let Request::Meta(m) = r else { panic!("meta") };
+    assert_eq!(m.key, b"foo");
+    assert_eq!(m.wire_key(), b"Zm9v");
+
+    let (r, _) = ok(b"mn\r\n");
+    assert!(matches!(r, Request::Meta(MetaRequest { cmd: MetaCmd::Noop, .. })));
+    assert_eq!(err(b"mg\r\n").reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!(err(b"mg k v v\r\n").reply_line(), "CLIENT_ERROR duplicate flag");
+    assert_eq!(err(b"mg k !\r\n").reply_line(), "CLIENT_ERROR invalid flag");
+    assert_eq!(err(b"mg k Tx\r\n").reply_line(), "CLIENT_ERROR bad token in command line format");
+    assert_eq!(err(b"mg !!! b\r\n").reply_line(), "CLIENT_ERROR error decoding key");
+    let e = err(b"ms k 2 !\r\nhi\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR invalid flag");
+    assert_eq!((e.consumed, e.swallow), (10, 4), "the block is skipped");
+    assert_eq!(err(b"ms k x\r\n").reply_line(), "CLIENT_ERROR bad data chunk");
+}
+
+#[test]
+fn encoders() {
+    let mut out = Vec::new();
+    encode::value(&mut out, b"k", 7, b"v", Some(12));
+    encode::MetaLine::value(&mut out, 2).num(b'c', 3).flag(b'k', b"k").end();
+    encode::MetaLine::new(&mut out, b"HD").signed(b't', -1).end();
+    assert_eq!(out, b"VALUE k 7 1 12\r\nv\r\nVA 2 c3 kk\r\nHD t-1\r\n");
+}
+
+proptest! {
+    /// No input panics, and whatever is consumed never exceeds the buffer.
+    #[test]
+    fn parser_never_panics(input in proptest::collection::vec(any::<u8>(), 0..300)) {
+        match parse(&input, &Limits::default()) {
+            Ok(Some((_, n))) => prop_assert!(n <= input.len() && n > 0),
+            Ok(None) => {}
+            Err(e) => prop_assert!(e.consumed <= input.len()),
+        }
+    }
+
+    /// Structured storage requests survive a split at any byte: a prefix is never complete.
+    #[test]
+    fn prefixes_are_incomplete(key in "[a-z]{1,20}", value in proptest::collection::vec(any::<u8>(), 0..64), cut in 0usize..200) {
+        let mut wire = format!("set {key} 3 0 {}\r\n", value.len()).into_bytes();
+        wire.extend_from_slice(&value);
+        wire.extend_from_slice(b"\r\n");
+        let cut = cut.min(wire.len() - 1);
+        prop_assert_eq!(parse(&wire[..cut], &Limits::default()), Ok(None));
+        let (req, n) = parse(&wire, &Limits::default()).unwrap().unwrap();
+        prop_assert_eq!(n, wire.len());
+        let is_expected = matches!(req, Request::Store { value: v, .. } if v == value);
+        prop_assert!(is_expected);
+    }
+}
