@@ -88,6 +88,8 @@ pub struct MetaFlags {
     pub initial: Option<u64>,
     /// x: md removes the value but keeps the item.
     pub remove_value: bool,
+    /// Every flag letter in request order: return flags are answered in this order.
+    pub order: Vec<u8>,
 }
 
 /// One meta request.
@@ -141,6 +143,7 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
         if std::mem::replace(&mut seen[letter as usize], true) {
             return Err(ProtocolError::client("duplicate flag", line_len));
         }
+        f.order.push(letter);
         let ttl = || parse_i64(token).ok_or_else(|| bad_token(line_len));
         let num = || parse_u64(token).ok_or_else(|| bad_token(line_len));
         match letter {

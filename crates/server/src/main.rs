@@ -1,1 +1,93 @@
-fn main() {}
+//! The `cairn` binary: parse settings, start the runtime, serve until SIGINT/SIGTERM.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use cairn_server::config::{Config, Flags};
+use cairn_server::{metrics, server, Ctx};
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let config = match Config::load(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cairn: refusing to start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let level = match config.verbosity {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cairn: refusing to start: cannot build the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cairn: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), String> {
+    let addr = format!("{}:{}", config.listen, config.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("refusing to start: cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let metrics_listener = match config.metrics_addr {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("refusing to start: cannot listen on metrics address {a}: {e}"))?,
+        ),
+        None => None,
+    };
+    let ctx = Ctx::new(config);
+    let c = &ctx.config;
+    tracing::info!(
+        addr = %local,
+        threads = c.worker_threads(),
+        memory_limit_mb = c.memory_limit_mb,
+        item_size_max = c.item_size_max,
+        max_connections = c.max_connections,
+        evictions = !c.disable_evictions,
+        persistence = "off",
+        "cairn {} serving",
+        cairn_server::VERSION
+    );
+    if let Some(l) = metrics_listener {
+        tracing::info!(addr = %l.local_addr().map_err(|e| e.to_string())?, "metrics endpoint");
+        tokio::spawn(metrics::serve(Arc::clone(&ctx), l));
+    }
+    // Tests and scripts wait for this line to know the server is ready and where.
+    println!("cairn listening on {local}");
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        server::shutdown_signal().await;
+        tracing::info!("signal received");
+        let _ = tx.send(true);
+    });
+    server::run(ctx, listener, rx).await;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! One file per command family: each takes a parsed request, applies it to the store and
+//! encodes the reply into the connection's output buffer.
+//!
+//! ```text
+//!   Request::Get ......... get.rs      (per key, so the connection can flush between keys)
+//!   Request::Store ....... storage.rs  Request::Delete ... delete.rs   Request::Arith ... arith.rs
+//!   Request::Touch ....... touch.rs    Request::FlushAll  flush.rs     Request::Stats ... stats.rs
+//!   Request::Meta ........ meta.rs     version, verbosity, quit, admin  misc.rs
+//! ```
+
+pub mod arith;
+pub mod delete;
+pub mod flush;
+pub mod get;
+pub mod meta;
+pub mod misc;
+pub mod stats;
+pub mod storage;
+pub mod touch;
+
+use std::sync::Arc;
+
+use cairn_proto::Request;
+
+use crate::Ctx;
+
+/// What the connection does after a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// `quit`: flush what is buffered and close.
+    Close,
+}
+
+/// Answers one request (retrievals go through [`get`] key by key, see `connection`).
+pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
+    let now = crate::now_unix();
+    match request {
+        Request::Get {
+            kind,
+            exptime,
+            keys,
+        } => {
+            for key in &keys {
+                get::one(ctx, kind, exptime, now, key, out);
+            }
+            get::end(out);
+        }
+        Request::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            cas_unique,
+            value,
+            noreply,
+        } => {
+            let reply = storage::store(ctx, kind, &key, flags, exptime, cas_unique, &value, now);
+            if !noreply {
+                out.extend_from_slice(reply);
+            }
+        }
+        Request::Delete { key, noreply } => {
+            let reply = delete::delete(ctx, &key, now);
+            if !noreply {
+                out.extend_from_slice(reply);
+            }
+        }
+        Request::Arith {
+            incr,
+            key,
+            delta,
+            noreply,
+        } => {
+            let mut reply = Vec::new();
+            arith::arith(ctx, incr, &key, delta, now, &mut reply);
+            if !noreply {
+                out.extend_from_slice(&reply);
+            }
+        }
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            let reply = touch::touch(ctx, &key, exptime, now);
+            if !noreply {
+                out.extend_from_slice(reply);
+            }
+        }
+        Request::FlushAll { delay, noreply } => {
+            flush::flush_all(ctx, delay, now);
+            if !noreply {
+                out.extend_from_slice(b"OK\r\n");
+            }
+        }
+        Request::Stats { args } => stats::stats(ctx, &args, out),
+        Request::Version => misc::version(out),
+        Request::Verbosity { noreply } => {
+            if !noreply {
+                out.extend_from_slice(b"OK\r\n");
+            }
+        }
+        Request::Quit => return Flow::Close,
+        Request::Meta(m) => meta::meta(ctx, m, now, out),
+        Request::Admin { words } => misc::admin(ctx, &words, out),
+    }
+    Flow::Continue
+}

@@ -1,0 +1,91 @@
+//! set, add, replace, append, prepend, cas.
+
+use cairn_proto::StoreKind;
+use cairn_store::StoreError;
+
+use crate::stats::bump;
+use crate::Ctx;
+
+pub const STORED: &[u8] = b"STORED\r\n";
+pub const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
+pub const EXISTS: &[u8] = b"EXISTS\r\n";
+pub const NOT_FOUND: &[u8] = b"NOT_FOUND\r\n";
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+pub const NO_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+
+/// The reply line for a failed store, counting it.
+pub fn store_error(ctx: &Ctx, e: StoreError) -> &'static [u8] {
+    match e {
+        StoreError::TooLarge => {
+            bump(&ctx.counters.store_too_large);
+            TOO_LARGE
+        }
+        StoreError::OutOfMemory => {
+            bump(&ctx.counters.store_no_memory);
+            NO_MEMORY
+        }
+    }
+}
+
+/// Applies one storage command and returns its reply line.
+#[allow(clippy::too_many_arguments)]
+pub fn store(
+    ctx: &Ctx,
+    kind: StoreKind,
+    key: &[u8],
+    flags: u32,
+    exptime: i64,
+    cas_unique: u64,
+    value: &[u8],
+    now: u32,
+) -> &'static [u8] {
+    let c = &ctx.counters;
+    bump(&c.cmd_set);
+    let exptime = crate::absolute_exptime(exptime, now);
+    let result = ctx.store.entry(key, now, |e| {
+        let current = e.peek();
+        match kind {
+            StoreKind::Set => {
+                let r = e.store(&[value], flags, exptime, None);
+                if r == Err(StoreError::TooLarge) {
+                    // As memcached does: a failed set must not leave stale data behind.
+                    e.delete();
+                }
+                r.map(|_| STORED)
+            }
+            StoreKind::Add if current.is_some() => Ok(NOT_STORED),
+            StoreKind::Replace if current.is_none() => Ok(NOT_STORED),
+            StoreKind::Add | StoreKind::Replace => e.store(&[value], flags, exptime, None).map(|_| STORED),
+            StoreKind::Append | StoreKind::Prepend => match e.item() {
+                None => Ok(NOT_STORED),
+                Some(old) => {
+                    let parts: [&[u8]; 2] = if kind == StoreKind::Append {
+                        [&old.value, value]
+                    } else {
+                        [value, &old.value]
+                    };
+                    e.store(&parts, old.meta.flags, old.meta.exptime, None)
+                        .map(|_| STORED)
+                }
+            },
+            StoreKind::Cas => match current {
+                None => {
+                    bump(&c.cas_misses);
+                    Ok(NOT_FOUND)
+                }
+                Some((meta, _)) if meta.cas != cas_unique => {
+                    bump(&c.cas_badval);
+                    Ok(EXISTS)
+                }
+                Some(_) => {
+                    let r = e.store(&[value], flags, exptime, None);
+                    if r.is_ok() {
+                        bump(&c.cas_hits);
+                    }
+                    r.map(|_| STORED)
+                }
+            },
+        }
+    });
+    result.unwrap_or_else(|e| store_error(ctx, e))
+}

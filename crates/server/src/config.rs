@@ -1,0 +1,252 @@
+//! Settings: built-in defaults, then the TOML file (`--config`), then command-line flags.
+//!
+//! ```text
+//!   Config::default()  <──  [file.toml] (unknown key or bad value: refuse to start)
+//!                      <──  flags (-p -l -t -c -m -M -I -v --metrics-addr)
+//! ```
+//!
+//! Every setting lives in [`Config`]; the flag names follow memcached's.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// Every server setting. Each field is also a key of the TOML file.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// TCP port (memcached `-p`).
+    pub port: u16,
+    /// Listen address (memcached `-l`).
+    pub listen: String,
+    /// Worker threads of the runtime (memcached `-t`); 0 = one per core.
+    pub threads: usize,
+    /// Most simultaneous client connections (memcached `-c`); more are refused politely.
+    pub max_connections: usize,
+    /// Memory for items in MiB (memcached `-m`).
+    pub memory_limit_mb: u64,
+    /// Refuse stores with an error instead of evicting when memory is full (memcached `-M`).
+    pub disable_evictions: bool,
+    /// Largest item in bytes (memcached `-I`).
+    pub item_size_max: usize,
+    /// Log verbosity: 0 = info, 1 = debug, 2+ = trace (memcached `-v`).
+    pub verbosity: u8,
+    /// Address of the Prometheus text endpoint; none = disabled.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Most keys in one get line.
+    pub max_keys_per_get: usize,
+    /// Bytes of responses buffered per connection before the server stops reading from it
+    /// (backpressure for clients that do not read).
+    pub output_buffer_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            port: 11211,
+            listen: "127.0.0.1".to_string(),
+            threads: 0,
+            max_connections: 1024,
+            memory_limit_mb: 64,
+            disable_evictions: false,
+            item_size_max: 1 << 20,
+            verbosity: 0,
+            metrics_addr: None,
+            max_keys_per_get: 1024,
+            output_buffer_max: 256 << 10,
+        }
+    }
+}
+
+/// Command-line flags; each overrides the file.
+#[derive(Debug, Parser)]
+#[command(name = "cairn", version, about = "A durable, memcached-compatible cache server")]
+pub struct Flags {
+    /// TOML file holding any of the settings (flags override it).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// TCP port to listen on.
+    #[arg(short = 'p', long)]
+    pub port: Option<u16>,
+    /// Address to listen on.
+    #[arg(short = 'l', long)]
+    pub listen: Option<String>,
+    /// Worker threads (default: number of cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Maximum simultaneous connections.
+    #[arg(short = 'c', long = "max-connections")]
+    pub max_connections: Option<usize>,
+    /// Item memory in MiB.
+    #[arg(short = 'm', long = "memory-limit")]
+    pub memory_limit_mb: Option<u64>,
+    /// Return an error on memory exhaustion instead of evicting.
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+    /// Maximum item size, in bytes or with a k/m suffix (e.g. 1m).
+    #[arg(short = 'I', long = "max-item-size", value_parser = parse_size)]
+    pub item_size_max: Option<usize>,
+    /// Verbose logging; repeat for more.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9150).
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Why the server refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid setting {key}: {why}")]
+    Invalid { key: &'static str, why: String },
+}
+
+/// Parses `1048576`, `512k`, `1m`.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (digits, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("not a size: {s}"))
+}
+
+impl Config {
+    /// Reads a TOML file; unknown keys and bad values name the key in the error.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// Defaults, then the file named by `--config`, then the flags.
+    pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
+        let mut c = match &flags.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = flags.port {
+            c.port = v;
+        }
+        if let Some(v) = &flags.listen {
+            c.listen = v.clone();
+        }
+        if let Some(v) = flags.threads {
+            c.threads = v;
+        }
+        if let Some(v) = flags.max_connections {
+            c.max_connections = v;
+        }
+        if let Some(v) = flags.memory_limit_mb {
+            c.memory_limit_mb = v;
+        }
+        if flags.disable_evictions {
+            c.disable_evictions = true;
+        }
+        if let Some(v) = flags.item_size_max {
+            c.item_size_max = v;
+        }
+        if flags.verbose > 0 {
+            c.verbosity = flags.verbose;
+        }
+        if let Some(v) = flags.metrics_addr {
+            c.metrics_addr = Some(v);
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks ranges that serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, why: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                why: why.to_string(),
+            })
+        };
+        if self.max_connections == 0 {
+            return invalid("max_connections", "must be at least 1");
+        }
+        if self.memory_limit_mb == 0 {
+            return invalid("memory_limit_mb", "must be at least 1");
+        }
+        if self.item_size_max < 1024 || self.item_size_max > 128 << 20 {
+            return invalid("item_size_max", "must be between 1 KiB and 128 MiB");
+        }
+        if self.item_size_max as u64 > (self.memory_limit_mb << 20) / 2 {
+            return invalid("item_size_max", "must be at most half of memory_limit_mb");
+        }
+        if self.max_keys_per_get == 0 {
+            return invalid("max_keys_per_get", "must be at least 1");
+        }
+        if self.output_buffer_max < 4096 {
+            return invalid("output_buffer_max", "must be at least 4096");
+        }
+        if self.listen.parse::<std::net::IpAddr>().is_err() {
+            return invalid("listen", "must be an IP address");
+        }
+        Ok(())
+    }
+
+    /// The runtime's worker count.
+    pub fn worker_threads(&self) -> usize {
+        if self.threads == 0 {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        } else {
+            self.threads
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "port = 1\nmemory_limt_mb = 5\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("memory_limt_mb"), "{err}");
+        std::fs::write(&path, "port = \"x\"\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("port") || err.contains("string"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "port = 1000\nmemory_limit_mb = 5\n").unwrap();
+        let flags = Flags::parse_from(["cairn", "--config", path.to_str().unwrap(), "-p", "2000"]);
+        let c = Config::load(&flags).unwrap();
+        assert_eq!((c.port, c.memory_limit_mb), (2000, 5));
+    }
+
+    #[test]
+    fn bad_ranges_refused() {
+        let flags = Flags::parse_from(["cairn", "-c", "0"]);
+        let err = Config::load(&flags).unwrap_err().to_string();
+        assert!(err.contains("max_connections"), "{err}");
+        assert_eq!(parse_size("2m"), Ok(2 << 20));
+    }
+}

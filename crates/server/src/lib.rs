@@ -1,0 +1,117 @@
+//! cairn-server: the listener, one task per connection, one file per command family.
+//!
+//! ```text
+//!   TcpListener ──accept──> (semaphore: max_connections) ──spawn──> connection::serve
+//!                                                                       │ read batch
+//!                                                                       v
+//!                                    cairn_proto::parse ──> cmd::execute(ctx, request, out)
+//!                                                                       │ Store::get / entry
+//!                                                                       v
+//!                                                            out buffer ──write──> socket
+//! ```
+//!
+//! Shared state is one [`Ctx`]: the store, the settings, the counters. Shutdown: a watch
+//! channel tells the accept loop and every connection to stop after the requests in hand.
+
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod metrics;
+pub mod server;
+pub mod stats;
+
+use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use cairn_store::Store;
+
+pub use config::Config;
+
+/// The version reported by `version` and `stats`.
+pub const VERSION: &str = concat!("1.6.21-cairn-", env!("CARGO_PKG_VERSION"));
+
+/// Everything connections share.
+pub struct Ctx {
+    /// The cache itself.
+    pub store: Store,
+    /// Settings in force (fixed after start).
+    pub config: Config,
+    /// Limits handed to the parser, derived from `config`.
+    pub limits: cairn_proto::Limits,
+    /// memcached-named counters.
+    pub counters: stats::Counters,
+    /// Open client connections now.
+    pub curr_connections: AtomicU64,
+    /// Current `verbosity` (settable by the `verbosity` command).
+    pub verbosity: AtomicU8,
+    /// When the server started, for `uptime`.
+    pub started: Instant,
+    /// Bumped by every flush_all, so a delayed flush that was superseded does nothing.
+    pub flush_generation: AtomicU64,
+}
+
+impl Ctx {
+    /// Builds the shared state from settings.
+    pub fn new(config: Config) -> Arc<Ctx> {
+        let store = Store::new(
+            cairn_store::StoreConfig {
+                memory_limit_bytes: config.memory_limit_mb << 20,
+                evict_when_full: !config.disable_evictions,
+                item_size_max_bytes: config.item_size_max,
+                shard_count: 64,
+            },
+            None,
+        );
+        let limits = cairn_proto::Limits {
+            max_value_len: config.item_size_max,
+            max_keys_per_get: config.max_keys_per_get,
+            ..cairn_proto::Limits::default()
+        };
+        Arc::new(Ctx {
+            store,
+            limits,
+            counters: stats::Counters::default(),
+            curr_connections: AtomicU64::new(0),
+            verbosity: AtomicU8::new(config.verbosity),
+            started: Instant::now(),
+            flush_generation: AtomicU64::new(0),
+            config,
+        })
+    }
+}
+
+/// The wall clock in unix seconds, as the store and TTL rules use it.
+pub fn now_unix() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
+/// memcached's expiry rule: 0 never; up to 30 days relative; larger is an absolute unix time;
+/// negative (or an absolute time already past) is expired at once. Returns absolute seconds.
+pub fn absolute_exptime(exptime: i64, now: u32) -> u32 {
+    const MAX_RELATIVE: i64 = 60 * 60 * 24 * 30;
+    match exptime {
+        0 => 0,
+        e if e < 0 => 1,
+        e if e > MAX_RELATIVE => u32::try_from(e).unwrap_or(u32::MAX).max(1),
+        e => now.saturating_add(e as u32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exptime_rules() {
+        let now = 1_700_000_000;
+        assert_eq!(absolute_exptime(0, now), 0);
+        assert_eq!(absolute_exptime(-5, now), 1);
+        assert_eq!(absolute_exptime(10, now), now + 10);
+        assert_eq!(absolute_exptime(2_592_000, now), now + 2_592_000);
+        assert_eq!(absolute_exptime(2_592_001, now), 2_592_001);
+        assert_eq!(absolute_exptime(1_800_000_000, now), 1_800_000_000);
+    }
+}

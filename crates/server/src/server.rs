@@ -1,0 +1,94 @@
+//! The accept loop, connection limit, background reclaim and graceful shutdown.
+//!
+//! ```text
+//!   run(listener) ── accept ──> try_acquire(permit) ──ok──> spawn connection::serve
+//!                                     └─ none left: "SERVER_ERROR Too many open connections",
+//!                                        close, count rejected_connections
+//!   shutdown (SIGINT/SIGTERM): stop accepting ─> connections finish the batch in hand ─>
+//!   wait until every permit is back ─> return
+//! ```
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::stats::bump;
+use crate::{connection, Ctx};
+
+/// How often expired items are swept, and how many at most per sweep.
+const RECLAIM_EVERY: Duration = Duration::from_millis(500);
+const RECLAIM_BATCH: usize = 10_000;
+
+/// Serves `listener` until `shutdown` turns true, then waits for open connections to finish.
+pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let max = ctx.config.max_connections;
+    let permits = Arc::new(Semaphore::new(max));
+    let reclaim = tokio::spawn(reclaim_loop(Arc::clone(&ctx), shutdown.clone()));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (mut stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: keep serving the others.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            bump(&ctx.counters.rejected_connections);
+            tracing::debug!(%peer, "refused: max_connections reached");
+            tokio::spawn(async move {
+                let _ = stream
+                    .write_all(b"SERVER_ERROR Too many open connections\r\n")
+                    .await;
+            });
+            continue;
+        };
+        bump(&ctx.counters.total_connections);
+        ctx.curr_connections.fetch_add(1, Relaxed);
+        let ctx = Arc::clone(&ctx);
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            connection::serve(Arc::clone(&ctx), stream, shutdown).await;
+            ctx.curr_connections.fetch_sub(1, Relaxed);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: waiting for open connections to finish");
+    let _ = permits.acquire_many(max as u32).await;
+    let _ = reclaim.await;
+}
+
+async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(RECLAIM_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let ctx = Arc::clone(&ctx);
+        let _ = tokio::task::spawn_blocking(move || {
+            ctx.store.reclaim_expired(crate::now_unix(), RECLAIM_BATCH)
+        })
+        .await;
+    }
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

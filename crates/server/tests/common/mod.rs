@@ -1,0 +1,114 @@
+//! Test harness: runs the real `cairn` binary on 127.0.0.1:0 and talks to it over TCP.
+//!
+//! Readiness is the "cairn listening on ADDR" line the server prints once its socket is bound,
+//! so no test sleeps waiting for a server.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running server process, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts `cairn -p 0 <args>` and waits for its readiness line.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["-p", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cairn");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("cairn exited before it was ready")
+                .expect("read stdout");
+            if let Some(a) = line.strip_prefix("cairn listening on ") {
+                break a.parse().expect("address");
+            }
+        };
+        Server { child, addr }
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::new(self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw client connection.
+pub struct Conn {
+    pub stream: TcpStream,
+}
+
+impl Conn {
+    pub fn new(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).expect("connect");
+        // A safety net against a hung server, not a wait for anything.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Conn { stream }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Reads until the buffer ends with `end`.
+    pub fn read_until(&mut self, end: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while !got.ends_with(end) {
+            let n = self.stream.read(&mut buf).expect("read");
+            assert!(n > 0, "server closed; got so far: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    /// Sends `request` followed by a `mn` marker and returns every byte answered before `MN`.
+    /// Extra or missing output therefore shows up in the comparison.
+    pub fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
+        self.send(request);
+        self.send(b"mn\r\n");
+        let mut got = self.read_until(b"MN\r\n");
+        got.truncate(got.len() - 4);
+        got
+    }
+
+    /// Reads until the server closes the connection.
+    pub fn read_to_close(&mut self) -> Vec<u8> {
+        let mut got = Vec::new();
+        let _ = self.stream.read_to_end(&mut got);
+        got
+    }
+}
+
+/// Runs a golden table on one connection: each request must get exactly its reply.
+pub fn golden(conn: &mut Conn, table: &[(&str, &str)]) {
+    for (i, (request, expected)) in table.iter().enumerate() {
+        let got = conn.exchange(request.as_bytes());
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            *expected,
+            "row {i}: request {request:?}"
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! Golden wire tests of the meta protocol (mg, ms, md, ma, mn, me).
+
+mod common;
+
+use common::{golden, Server};
+
+#[test]
+fn meta_set_and_get() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("ms foo 3 F7 T0\r\nbar\r\n", "HD\r\n"),
+            ("mg foo v f t\r\n", "VA 3 f7 t-1\r\nbar\r\n"),
+            ("mg foo s k Oab\r\n", "HD s3 kfoo Oab\r\n"),
+            ("mg foo\r\n", "HD\r\n"),
+            ("mg nope v\r\n", "EN\r\n"),
+            ("mg nope v q\r\n", ""),
+            ("mg nope v Oxy k\r\n", "EN Oxy knope\r\n"),
+            ("ms foo 1 q\r\nz\r\n", ""),
+            ("mg foo v\r\n", "VA 1\r\nz\r\n"),
+            ("ms foo 1 ME\r\nz\r\n", "NS\r\n"),
+            ("ms new 1 MR\r\nz\r\n", "NS\r\n"),
+            ("ms foo 2 MA\r\n12\r\n", "HD\r\n"),
+            ("ms foo 2 MP\r\n00\r\n", "HD\r\n"),
+            ("mg foo v\r\n", "VA 5\r\n00z12\r\n"),
+            ("ms other 2 MA N30\r\nab\r\n", "HD\r\n"),
+            ("mg other v t\r\n", "VA 2 t30\r\nab\r\n"),
+            ("ms Zm9v 1 k b\r\nq\r\n", "HD kZm9v b\r\n"),
+            ("mg foo v\r\n", "VA 1\r\nq\r\n"),
+            ("mn\r\n", "MN\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn meta_cas_and_hits() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("ms k 1 E500\r\nx\r\n", "HD\r\n"),
+            ("mg k c h\r\n", "HD c500 h0\r\n"),
+            ("mg k h\r\n", "HD h1\r\n"),
+            ("ms k 1 C499\r\ny\r\n", "EX\r\n"),
+            ("ms k 1 C500 E600 c\r\ny\r\n", "HD c600\r\n"),
+            ("ms missing 1 C1\r\ny\r\n", "NF\r\n"),
+            ("md k C1\r\n", "EX\r\n"),
+            ("md k C600 q\r\n", ""),
+            ("md k\r\n", "NF\r\n"),
+            ("md k q\r\n", ""),
+        ],
+    );
+}
+
+#[test]
+fn meta_arith() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("ma n\r\n", "NF\r\n"),
+            ("ma n N0 J10 v\r\n", "VA 2\r\n10\r\n"),
+            ("ma n v\r\n", "VA 2\r\n11\r\n"),
+            ("ma n D5 MD v\r\n", "VA 1\r\n6\r\n"),
+            ("ma n D100 M- v\r\n", "VA 1\r\n0\r\n"),
+            ("ma n\r\n", "HD\r\n"),
+            ("ma n q\r\n", ""),
+            ("mg n v\r\n", "VA 1\r\n2\r\n"),
+            ("ms s 1\r\nx\r\n", "HD\r\n"),
+            ("ma s\r\n", "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
+            ("ma n MX\r\n", "CLIENT_ERROR invalid mode for ms STORE\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn meta_invalidation_and_recache() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            // Autovivify: the first client wins the right to fill the placeholder.
+            ("mg v N30 s\r\n", "HD s0 W\r\n"),
+            ("mg v N30 s\r\n", "HD s0 Z\r\n"),
+            ("ms x 1\r\nx\r\n", "HD\r\n"),
+            ("md x I\r\n", "HD\r\n"),
+            ("mg x v\r\n", "VA 1 W X\r\nx\r\n"),
+            ("mg x v\r\n", "VA 1 X Z\r\nx\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn meta_errors_and_debug() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("mg\r\n", "CLIENT_ERROR bad command line format\r\n"),
+            ("mg k v v\r\n", "CLIENT_ERROR duplicate flag\r\n"),
+            ("mg k !\r\n", "CLIENT_ERROR invalid flag\r\n"),
+            ("mg k T-\r\n", "CLIENT_ERROR bad token in command line format\r\n"),
+            ("ms k 2 !\r\nhi\r\n", "CLIENT_ERROR invalid flag\r\n"),
+            ("ms k 1 T5\r\nx\r\n", "HD\r\n"),
+            ("me nope\r\n", "EN\r\n"),
+        ],
+    );
+    let me = String::from_utf8(c.exchange(b"me k\r\n")).unwrap();
+    assert!(me.starts_with("ME k exp=") && me.contains(" fetch=no ") && me.ends_with(" size=1\r\n"), "{me}");
+}

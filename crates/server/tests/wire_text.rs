@@ -1,0 +1,259 @@
+//! Golden wire tests of the text protocol: exact bytes in, exact bytes out, per command family.
+
+mod common;
+
+use common::{golden, Server};
+
+#[test]
+fn storage_commands() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set a 5 0 3\r\nabc\r\n", "STORED\r\n"),
+            ("get a\r\n", "VALUE a 5 3\r\nabc\r\nEND\r\n"),
+            ("add a 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
+            ("add b 1 0 1\r\nx\r\n", "STORED\r\n"),
+            ("replace c 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
+            ("replace b 2 0 2\r\nyy\r\n", "STORED\r\n"),
+            ("append a 9 0 2\r\nde\r\n", "STORED\r\n"),
+            ("prepend a 9 0 2\r\n01\r\n", "STORED\r\n"),
+            ("get a b c\r\n", "VALUE a 5 7\r\n01abcde\r\nVALUE b 2 2\r\nyy\r\nEND\r\n"),
+            ("append zz 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
+            ("set e 0 0 0\r\n\r\n", "STORED\r\n"),
+            ("get e\r\n", "VALUE e 0 0\r\n\r\nEND\r\n"),
+            ("set n 0 0 1 noreply\r\n1\r\n", ""),
+            ("get n\r\n", "VALUE n 0 1\r\n1\r\nEND\r\n"),
+            ("set f 4294967295 0 1\r\nx\r\n", "STORED\r\n"),
+            ("get f\r\n", "VALUE f 4294967295 1\r\nx\r\nEND\r\n"),
+            ("set g 0 -1 1\r\nx\r\n", "STORED\r\n"),
+            ("get g\r\n", "END\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn cas_and_gets() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(&mut c, &[("set k 0 0 1\r\nx\r\n", "STORED\r\n")]);
+    let got = String::from_utf8(c.exchange(b"gets k\r\n")).unwrap();
+    let cas: u64 = got
+        .lines()
+        .next()
+        .and_then(|l| l.split(' ').nth(4))
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no cas in {got:?}"));
+    golden(
+        &mut c,
+        &[
+            (&format!("cas k 0 0 1 {}\r\ny\r\n", cas + 1), "EXISTS\r\n"),
+            (&format!("cas k 3 0 1 {cas}\r\ny\r\n"), "STORED\r\n"),
+            (&format!("cas k 0 0 1 {cas}\r\nz\r\n"), "EXISTS\r\n"),
+            ("cas nope 0 0 1 1\r\nz\r\n", "NOT_FOUND\r\n"),
+            ("get k\r\n", "VALUE k 3 1\r\ny\r\nEND\r\n"),
+        ],
+    );
+    let got = String::from_utf8(c.exchange(b"gets k\r\n")).unwrap();
+    assert!(!got.contains(&format!(" {cas}\r\n")), "cas changed: {got}");
+}
+
+#[test]
+fn delete_incr_decr_touch() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("delete k\r\n", "NOT_FOUND\r\n"),
+            ("set k 0 0 2\r\n10\r\n", "STORED\r\n"),
+            ("delete k 0\r\n", "DELETED\r\n"),
+            ("get k\r\n", "END\r\n"),
+            ("delete k 1\r\n", "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"),
+            ("incr k 1\r\n", "NOT_FOUND\r\n"),
+            ("set k 7 0 2\r\n10\r\n", "STORED\r\n"),
+            ("incr k 5\r\n", "15\r\n"),
+            ("decr k 100\r\n", "0\r\n"),
+            ("set k 0 0 20\r\n18446744073709551615\r\n", "STORED\r\n"),
+            ("incr k 2\r\n", "1\r\n"),
+            ("incr k x\r\n", "CLIENT_ERROR invalid numeric delta argument\r\n"),
+            ("set s 0 0 3\r\nabc\r\n", "STORED\r\n"),
+            ("incr s 1\r\n", "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
+            ("set d 5 0 3\r\n100\r\n", "STORED\r\n"),
+            ("decr d 1\r\n", "99\r\n"),
+            ("get d\r\n", "VALUE d 5 2\r\n99\r\nEND\r\n"),
+            ("incr d 1 noreply\r\n", ""),
+            ("touch d 100\r\n", "TOUCHED\r\n"),
+            ("touch nope 100\r\n", "NOT_FOUND\r\n"),
+            ("touch d -1\r\n", "TOUCHED\r\n"),
+            ("get d\r\n", "END\r\n"),
+            ("touch d x\r\n", "CLIENT_ERROR invalid exptime argument\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn gat_and_gats() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set k 1 0 1\r\nx\r\n", "STORED\r\n"),
+            ("gat 100 k nope\r\n", "VALUE k 1 1\r\nx\r\nEND\r\n"),
+            ("gat -1 k\r\n", "VALUE k 1 1\r\nx\r\nEND\r\n"),
+            ("get k\r\n", "END\r\n"),
+            ("gat 10\r\n", "ERROR\r\n"),
+        ],
+    );
+    golden(&mut c, &[("set k 1 0 1\r\nx\r\n", "STORED\r\n")]);
+    let got = String::from_utf8(c.exchange(b"gats 0 k\r\n")).unwrap();
+    assert!(got.starts_with("VALUE k 1 1 ") && got.ends_with("\r\nx\r\nEND\r\n"), "{got}");
+}
+
+#[test]
+fn errors_keep_the_connection_usable() {
+    let server = Server::start(&["-I", "1k", "-m", "8"]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("bogus\r\n", "ERROR\r\n"),
+            ("\r\n", "ERROR\r\n"),
+            ("get\r\n", "ERROR\r\n"),
+            ("set k 0 0\r\n", "ERROR\r\n"),
+            ("set k x 0 1\r\n", "CLIENT_ERROR bad command line format\r\n"),
+            ("set k 0 0 1\r\nxyz\r\n", "CLIENT_ERROR bad data chunk\r\n"),
+            (&format!("get {}\r\n", "k".repeat(251)), "CLIENT_ERROR bad command line format\r\n"),
+            (&format!("set {} 0 0 1\r\nx\r\n", "k".repeat(251)), "CLIENT_ERROR bad command line format\r\n"),
+        ],
+    );
+    // The refused block is swallowed; the stream is in sync afterwards.
+    let big = [b"set big 0 0 2000\r\n".to_vec(), vec![b'z'; 2000], b"\r\n".to_vec()].concat();
+    assert_eq!(
+        String::from_utf8_lossy(&c.exchange(&big)),
+        "SERVER_ERROR object too large for cache\r\n"
+    );
+    golden(
+        &mut c,
+        &[
+            ("set k 0 0 1\r\nv\r\n", "STORED\r\n"),
+            ("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n"),
+        ],
+    );
+    // A set the store refuses as too large (key + value + header over -I) removes the old
+    // value, as memcached does.
+    let reply = c.exchange(&[b"set k 0 0 1023\r\n".to_vec(), vec![b'q'; 1023], b"\r\nget k\r\n".to_vec()].concat());
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "SERVER_ERROR object too large for cache\r\nEND\r\n"
+    );
+}
+
+#[test]
+fn endless_line_is_refused_and_closed() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    c.send(&vec![b'a'; 5000]);
+    assert_eq!(c.read_to_close(), b"CLIENT_ERROR line too long\r\n");
+    // The server itself is fine.
+    golden(&mut server.connect(), &[("version\r\n", &format!("VERSION {}\r\n", cairn_server::VERSION))]);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let mut batch = String::new();
+    let mut expected = String::new();
+    for i in 0..500 {
+        batch.push_str(&format!("set k{i} {i} 0 {}\r\nv{i}\r\n", format!("v{i}").len()));
+        expected.push_str("STORED\r\n");
+    }
+    for i in (0..500).rev() {
+        batch.push_str(&format!("get k{i}\r\n"));
+        expected.push_str(&format!("VALUE k{i} {i} {}\r\nv{i}\r\nEND\r\n", format!("v{i}").len()));
+    }
+    assert_eq!(String::from_utf8(c.exchange(batch.as_bytes())).unwrap(), expected);
+}
+
+#[test]
+fn flush_all_and_misc() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set a 0 0 1\r\nx\r\n", "STORED\r\n"),
+            ("flush_all\r\n", "OK\r\n"),
+            ("get a\r\n", "END\r\n"),
+            ("set a 0 0 1\r\nx\r\n", "STORED\r\n"),
+            ("flush_all 0 noreply\r\n", ""),
+            ("get a\r\n", "END\r\n"),
+            ("set a 0 0 1\r\nx\r\n", "STORED\r\n"),
+            ("flush_all 1000\r\n", "OK\r\n"),
+            ("get a\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"),
+            ("flush_all -1\r\n", "CLIENT_ERROR bad command line format\r\n"),
+            ("verbosity 1\r\n", "OK\r\n"),
+            ("verbosity\r\n", "ERROR\r\n"),
+            ("stats nonsense\r\n", "ERROR\r\n"),
+            ("stats reset\r\n", "RESET\r\n"),
+        ],
+    );
+    c.send(b"quit\r\n");
+    assert_eq!(c.read_to_close(), b"");
+}
+
+#[test]
+fn stats_use_memcached_names() {
+    let server = Server::start(&["-c", "50"]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set a 0 0 1\r\nx\r\n", "STORED\r\n"),
+            ("get a b\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"),
+        ],
+    );
+    let stats = String::from_utf8(c.exchange(b"stats\r\n")).unwrap();
+    let get = |name: &str| -> String {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
+            .to_string()
+    };
+    for name in [
+        "pid", "uptime", "time", "version", "curr_connections", "total_connections",
+        "rejected_connections", "cmd_touch", "get_expired", "delete_hits", "delete_misses",
+        "incr_hits", "incr_misses", "cas_hits", "cas_misses", "cas_badval", "total_items",
+        "evictions", "expired_unfetched", "bytes", "limit_maxbytes", "threads",
+    ] {
+        get(name);
+    }
+    assert_eq!(get("cmd_get"), "2");
+    assert_eq!(get("get_hits"), "1");
+    assert_eq!(get("get_misses"), "1");
+    assert_eq!(get("cmd_set"), "1");
+    assert_eq!(get("curr_items"), "1");
+    assert_eq!(get("max_connections"), "50");
+    assert!(stats.ends_with("END\r\n"));
+    for group in ["settings", "items", "slabs"] {
+        let s = String::from_utf8(c.exchange(format!("stats {group}\r\n").as_bytes())).unwrap();
+        assert!(s.starts_with("STAT ") && s.ends_with("END\r\n"), "{group}: {s}");
+    }
+}
+
+#[test]
+fn connections_beyond_the_limit_are_refused_politely() {
+    let server = Server::start(&["-c", "2"]);
+    let mut a = server.connect();
+    let mut b = server.connect();
+    golden(&mut a, &[("version\r\n", &format!("VERSION {}\r\n", cairn_server::VERSION))]);
+    golden(&mut b, &[("version\r\n", &format!("VERSION {}\r\n", cairn_server::VERSION))]);
+    let mut third = server.connect();
+    assert_eq!(third.read_to_close(), b"SERVER_ERROR Too many open connections\r\n");
+    let stats = String::from_utf8(a.exchange(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT rejected_connections 1\r\n"), "{stats}");
+}
