@@ -68,7 +68,7 @@ def test_cas_incr_touch(server):
     assert c.incr("missing", 1) is None
     assert c.touch("k", 100, noreply=False) is True
     assert c.touch("missing", 100, noreply=False) is False
-    assert c.gat("k", 0) == b"0"
+    assert c.get("k") == b"0"
 
 
 def test_stats_and_version(server):

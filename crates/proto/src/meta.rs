@@ -183,7 +183,18 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
                     (MetaCmd::Set, b"P" | b"p") => MetaMode::Prepend,
                     (MetaCmd::Arith, b"I" | b"i" | b"+") => MetaMode::Incr,
                     (MetaCmd::Arith, b"D" | b"d" | b"-") => MetaMode::Decr,
-                    _ => return Err(ProtocolError::client("invalid mode for ms STORE", line_len)),
+                    (MetaCmd::Arith, _) => {
+                        return Err(ProtocolError::client(
+                            "invalid mode for ma M token",
+                            line_len,
+                        ))
+                    }
+                    _ => {
+                        return Err(ProtocolError::client(
+                            "invalid mode for ms M token",
+                            line_len,
+                        ))
+                    }
                 };
                 f.mode = Some(mode);
             }
@@ -193,12 +204,21 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
     Ok(f)
 }
 
-fn decode_key(raw: &[u8], base64: bool, limits: &Limits, line_len: usize) -> Result<Vec<u8>, ProtocolError> {
-    if !key_is_valid(raw, limits) && !(base64 && !raw.is_empty()) {
-        return Err(ProtocolError::client("bad command line format", line_len));
-    }
+fn decode_key(
+    raw: &[u8],
+    base64: bool,
+    limits: &Limits,
+    line_len: usize,
+) -> Result<Vec<u8>, ProtocolError> {
     if !base64 {
+        if !key_is_valid(raw, limits) {
+            return Err(ProtocolError::client("bad command line format", line_len));
+        }
         return Ok(raw.to_vec());
+    }
+    // A base64 key may be longer on the wire than the key limit; the decoded key may not.
+    if raw.len() > limits.max_key_len.div_ceil(3) * 4 {
+        return Err(ProtocolError::client("bad command line format", line_len));
     }
     let key = base64::engine::general_purpose::STANDARD
         .decode(raw)
@@ -234,14 +254,15 @@ pub(crate) fn parse(
         return Ok(Some((Request::Meta(req), line_len)));
     }
     let Some((raw_key, rest)) = args.split_first() else {
-        return Err(ProtocolError::client("bad command line format", line_len));
+        // memcached answers a meta command without a key as an unknown command.
+        return Err(ProtocolError::unknown(line_len));
     };
     if cmd == MetaCmd::Set {
         let Some((len_word, flag_words)) = rest.split_first() else {
             return Err(ProtocolError::client("bad command line format", line_len));
         };
         let Some(len) = parse_u64(len_word).and_then(|l| usize::try_from(l).ok()) else {
-            return Err(ProtocolError::client("bad data chunk", line_len));
+            return Err(ProtocolError::client("bad command line format", line_len));
         };
         // From here on the data length is known: every error skips the block.
         let refuse = |e: ProtocolError| refuse_block(e.kind, line_len, len, false);

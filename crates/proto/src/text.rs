@@ -8,9 +8,7 @@
 //! A line is found first (or "need more"); it is split on spaces; the command word picks the
 //! family. Errors follow memcached 1.6 word for word.
 
-use crate::{
-    key_is_valid, meta, GetKind, Limits, ProtocolError, Request, StoreKind,
-};
+use crate::{key_is_valid, meta, GetKind, Limits, ProtocolError, Request, StoreKind};
 
 /// Splits one line into words on spaces (memcached's tokenizer), ignoring empty words.
 pub(crate) fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -60,7 +58,10 @@ pub(crate) fn parse_i64(word: &[u8]) -> Option<i64> {
         .then_some(v)
 }
 
-pub(crate) fn parse(buf: &[u8], limits: &Limits) -> Result<Option<(Request, usize)>, ProtocolError> {
+pub(crate) fn parse(
+    buf: &[u8],
+    limits: &Limits,
+) -> Result<Option<(Request, usize)>, ProtocolError> {
     let Some((line, line_len)) = find_line(buf) else {
         let limit = if is_retrieval(buf) {
             limits.max_get_line_len()
@@ -111,9 +112,11 @@ pub(crate) fn parse(buf: &[u8], limits: &Limits) -> Result<Option<(Request, usiz
         },
         b"version" => Request::Version,
         b"quit" => Request::Quit,
+        // As memcached: one or two words; a trailing (or lone) `noreply` silences the reply.
         b"verbosity" => match args.as_slice() {
-            [_] => Request::Verbosity { noreply: false },
-            [_, b"noreply"] => Request::Verbosity { noreply: true },
+            [_] | [_, _] => Request::Verbosity {
+                noreply: args.last() == Some(&&b"noreply"[..]),
+            },
             _ => return Err(ProtocolError::unknown(line_len)),
         },
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
@@ -151,7 +154,7 @@ fn retrieval(
             (Some(exp), keys)
         }
     };
-    if keys.is_empty() {
+    if keys.is_empty() && exptime.is_none() {
         return Err(ProtocolError::unknown(line_len));
     }
     if keys.len() > limits.max_keys_per_get {
@@ -221,12 +224,18 @@ fn storage(
     } else {
         Some(0)
     };
-    let (Some(flags), Some(exptime), Some(len), Some(cas_unique)) = (flags, exptime, len, cas_unique)
+    let (Some(flags), Some(exptime), Some(len), Some(cas_unique)) =
+        (flags, exptime, len, cas_unique)
     else {
         return Err(bad_format(line_len));
     };
     if len > limits.max_value_len {
-        return Err(refuse_block(crate::ErrorKind::TooLarge, line_len, len, noreply));
+        return Err(refuse_block(
+            crate::ErrorKind::TooLarge,
+            line_len,
+            len,
+            noreply,
+        ));
     }
     if !key_is_valid(args[0], limits) {
         return Err(refuse_block(
@@ -321,8 +330,12 @@ fn flush_all(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> 
         [d, b"noreply"] => (parse_i64(d), true),
         _ => (None, false),
     };
+    // memcached takes a negative delay as "now".
     match delay {
-        Some(delay) if delay >= 0 => Ok(Request::FlushAll { delay, noreply }),
-        _ => Err(bad_format(line_len)),
+        Some(delay) => Ok(Request::FlushAll {
+            delay: delay.max(0),
+            noreply,
+        }),
+        None => Err(bad_format(line_len)),
     }
 }

@@ -62,7 +62,11 @@ impl Default for Config {
 
 /// Command-line flags; each overrides the file.
 #[derive(Debug, Parser)]
-#[command(name = "cairn", version, about = "A durable, memcached-compatible cache server")]
+#[command(
+    name = "cairn",
+    version,
+    about = "A durable, memcached-compatible cache server"
+)]
 pub struct Flags {
     /// TOML file holding any of the settings (flags override it).
     #[arg(long)]

@@ -34,10 +34,8 @@ pub async fn serve(ctx: Arc<Ctx>, mut stream: TcpStream, mut shutdown: watch::Re
     let mut swallow = 0usize;
     loop {
         let flow = answer_batch(&ctx, &mut stream, &mut input, &mut output, &mut swallow).await;
-        if !output.is_empty() {
-            if write(&ctx, &mut stream, &mut output).await.is_err() {
-                return;
-            }
+        if !output.is_empty() && write(&ctx, &mut stream, &mut output).await.is_err() {
+            return;
         }
         if flow != Some(Flow::Continue) {
             return;

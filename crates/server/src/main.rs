@@ -55,11 +55,9 @@ async fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("refusing to start: cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let metrics_listener = match config.metrics_addr {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .map_err(|e| format!("refusing to start: cannot listen on metrics address {a}: {e}"))?,
-        ),
+        Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
+            format!("refusing to start: cannot listen on metrics address {a}: {e}")
+        })?),
         None => None,
     };
     let ctx = Ctx::new(config);

@@ -27,15 +27,50 @@ pub fn render(ctx: &Ctx) -> String {
         metric(name, "counter", help, read(&ctx.counters));
     }
     let st = ctx.store.stats();
-    metric("curr_connections", "gauge", "Open client connections.", ctx.curr_connections.load(Relaxed));
+    metric(
+        "curr_connections",
+        "gauge",
+        "Open client connections.",
+        ctx.curr_connections.load(Relaxed),
+    );
     metric("curr_items", "gauge", "Live items.", st.curr_items);
-    metric("total_items", "counter", "Items ever stored.", st.total_items);
+    metric(
+        "total_items",
+        "counter",
+        "Items ever stored.",
+        st.total_items,
+    );
     metric("bytes", "gauge", "Bytes used by items.", st.bytes);
-    metric("memory_used_bytes", "gauge", "Bytes of memory the store holds.", st.memory_used_bytes);
-    metric("limit_maxbytes", "gauge", "The memory limit in bytes.", st.limit_maxbytes);
-    metric("evictions", "counter", "Live items removed to make room.", st.evictions);
-    metric("reclaimed", "counter", "Expired items whose memory was reclaimed.", st.reclaimed);
-    metric("uptime_seconds", "gauge", "Seconds since the server started.", ctx.started.elapsed().as_secs());
+    metric(
+        "memory_used_bytes",
+        "gauge",
+        "Bytes of memory the store holds.",
+        st.memory_used_bytes,
+    );
+    metric(
+        "limit_maxbytes",
+        "gauge",
+        "The memory limit in bytes.",
+        st.limit_maxbytes,
+    );
+    metric(
+        "evictions",
+        "counter",
+        "Live items removed to make room.",
+        st.evictions,
+    );
+    metric(
+        "reclaimed",
+        "counter",
+        "Expired items whose memory was reclaimed.",
+        st.reclaimed,
+    );
+    metric(
+        "uptime_seconds",
+        "gauge",
+        "Seconds since the server started.",
+        ctx.started.elapsed().as_secs(),
+    );
     s
 }
 

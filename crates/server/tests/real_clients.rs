@@ -15,11 +15,17 @@ fn memcache_crate_text_protocol() {
 
     client.set("k", "hello", 0).unwrap();
     assert_eq!(client.get::<String>("k").unwrap().as_deref(), Some("hello"));
-    assert!(client.add("k", "x", 0).is_err() || client.get::<String>("k").unwrap().as_deref() == Some("hello"));
+    assert!(
+        client.add("k", "x", 0).is_err()
+            || client.get::<String>("k").unwrap().as_deref() == Some("hello")
+    );
     client.replace("k", "world", 0).unwrap();
     client.append("k", "!").unwrap();
     client.prepend("k", "<").unwrap();
-    assert_eq!(client.get::<String>("k").unwrap().as_deref(), Some("<world!"));
+    assert_eq!(
+        client.get::<String>("k").unwrap().as_deref(),
+        Some("<world!")
+    );
 
     client.set("n", 10u64, 0).unwrap();
     assert_eq!(client.increment("n", 5).unwrap(), 15);
@@ -60,16 +66,29 @@ fn memcache_crate_text_protocol() {
 fn memccapable_ascii_suite() {
     let found = Command::new("memccapable").arg("--help").output().is_ok();
     if !found {
-        assert!(std::env::var_os("CI").is_none(), "memccapable missing under CI");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "memccapable missing under CI"
+        );
         eprintln!("memccapable not installed: skipped (apt-get install libmemcached-tools)");
         return;
     }
     let server = Server::start(&[]);
     let out = Command::new("memccapable")
-        .args(["-a", "-h", "127.0.0.1", "-p", &server.addr.port().to_string()])
+        .args([
+            "-a",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.addr.port().to_string(),
+        ])
         .output()
         .expect("run memccapable");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "memccapable failed:\n{text}");
-    assert!(!text.contains("[FAIL]"), "memccapable reported a failure:\n{text}");
+    assert!(
+        !text.contains("[FAIL]"),
+        "memccapable reported a failure:\n{text}"
+    );
 }

@@ -1,7 +1,5 @@
 //! cairn-store: the in-memory cache, synchronous and protocol-agnostic.
 //!
-//! API CONTRACT (fixed; the server is written against it). Bodies are filled in by the store work.
-//!
 //! ```text
 //!   server command files (get, set, cas, incr, meta ...)
 //!        |  Store::get / Store::entry(key, now, |e: &mut Entry| ...)
@@ -15,7 +13,17 @@
 //!
 //! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds).
 
+mod segment;
+mod shard;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use segment::{DEAD, FETCHED, STALE, WIN_SENT};
+use shard::{Alloc, Loc, Shard};
 
 /// Unix time in whole seconds, as passed in by the caller.
 pub type UnixSecs = u32;
@@ -126,46 +134,172 @@ pub struct StoreStats {
 
 /// The cache. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct Store {
-    _private: (),
+    /// Settings as given.
+    config: StoreConfig,
+    /// Independently locked parts; a key's shard is chosen by its hash.
+    shards: Box<[Mutex<Shard>]>,
+    /// Hashes keys for shard choice and the index.
+    hasher: hashbrown::DefaultHashBuilder,
+    /// The last CAS unique handed out.
+    cas: AtomicU64,
+    /// Observer of client-visible mutations (persistence), if any.
+    sink: Option<Arc<dyn MutationSink>>,
 }
 
+/// Smallest memory a shard gets; fewer shards are used for small limits so that each still
+/// holds several segments and eviction stays fine-grained.
+const MIN_SHARD_BYTES: u64 = 4 * segment::SEGMENT_SIZE as u64;
+
 impl Store {
-    pub fn new(_config: StoreConfig, _sink: Option<Arc<dyn MutationSink>>) -> Store {
-        todo!()
+    pub fn new(config: StoreConfig, sink: Option<Arc<dyn MutationSink>>) -> Store {
+        let by_memory = (config.memory_limit_bytes / MIN_SHARD_BYTES).max(1) as usize;
+        let count = config.shard_count.clamp(1, by_memory.max(1));
+        let count = if count.is_power_of_two() {
+            count
+        } else {
+            count.next_power_of_two() / 2
+        };
+        let budget = (config.memory_limit_bytes / count as u64) as usize;
+        let shards = (0..count).map(|_| Mutex::new(Shard::new(budget))).collect();
+        Store {
+            config,
+            shards,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            cas: AtomicU64::new(0),
+            sink,
+        }
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        // The high bits pick the shard; hashbrown uses the low and top-7 bits inside it.
+        let i = (hash >> 32) as usize % self.shards.len();
+        self.shards[i].lock()
     }
 
     /// Looks up a live item, copying it out. Expired items are removed lazily (counted in the
-    /// returned `ReadOutcome::Expired`). Marks the item fetched and updates its last access
-    /// (does not report a mutation).
-    pub fn get(&self, _key: &[u8], _now: UnixSecs) -> ReadOutcome {
-        todo!()
+    /// returned `ReadOutcome::Expired`). Marks the item fetched (does not report a mutation).
+    pub fn get(&self, key: &[u8], now: UnixSecs) -> ReadOutcome {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let Some(loc) = shard.find(hash, key) else {
+            return ReadOutcome::Miss;
+        };
+        let h = shard.header(loc);
+        if h.exptime != 0 && h.exptime <= now {
+            expire(&mut shard, hash, key, h.state);
+            return ReadOutcome::Expired;
+        }
+        let seg = shard.seg_mut(loc.slot);
+        seg.set_state(loc.offset as usize, h.state | FETCHED);
+        let item = Item {
+            value: seg.value(&h).to_vec(),
+            meta: meta_of(&h, seg.created),
+        };
+        ReadOutcome::Hit(item)
     }
 
     /// Runs `f` with exclusive access to one key's slot (the shard lock is held during `f`).
     /// All conditional writes (add/replace/cas/append/incr/touch/meta) are built on this.
-    pub fn entry<R>(&self, _key: &[u8], _now: UnixSecs, _f: impl FnOnce(&mut Entry<'_>) -> R) -> R {
-        todo!()
+    pub fn entry<R>(&self, key: &[u8], now: UnixSecs, f: impl FnOnce(&mut Entry<'_>) -> R) -> R {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let mut expired = false;
+        if let Some(loc) = shard.find(hash, key) {
+            let h = shard.header(loc);
+            if h.exptime != 0 && h.exptime <= now {
+                expire(&mut shard, hash, key, h.state);
+                expired = true;
+            }
+        }
+        let mut entry = Entry {
+            store: self,
+            shard,
+            key,
+            hash,
+            now,
+            expired,
+        };
+        f(&mut entry)
     }
 
     /// Removes every item now (flush_all). Reports `Mutation::Flushed`.
     pub fn flush_all(&self) {
-        todo!()
+        // Every shard is locked at once so the flush sits at one point in the mutation order.
+        let mut guards: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
+        for g in &mut guards {
+            g.clear();
+        }
+        if let Some(sink) = &self.sink {
+            sink.on_mutation(&Mutation::Flushed);
+        }
     }
 
     /// Reclaims memory of expired items; call periodically from a background task. Returns how
-    /// many items were reclaimed. Bounded work per call (`max_items`).
-    pub fn reclaim_expired(&self, _now: UnixSecs, _max_items: usize) -> usize {
-        todo!()
+    /// many items were reclaimed. Bounded work per call (`max_items` examined).
+    pub fn reclaim_expired(&self, now: UnixSecs, max_items: usize) -> usize {
+        let per_shard = (max_items / self.shards.len()).max(1);
+        let hash_of = |k: &[u8]| self.hash(k);
+        self.shards
+            .iter()
+            .map(|s| s.lock().reclaim(now, per_shard, &hash_of))
+            .sum()
     }
 
     pub fn stats(&self) -> StoreStats {
-        todo!()
+        let mut s = StoreStats {
+            limit_maxbytes: self.config.memory_limit_bytes,
+            ..StoreStats::default()
+        };
+        for shard in self.shards.iter() {
+            shard.lock().add_stats(&mut s);
+        }
+        s
     }
 
     /// The settings this store was built with.
     pub fn config(&self) -> &StoreConfig {
-        todo!()
+        &self.config
     }
+
+    /// Number of shards in use (fewer than configured when memory is small).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// Removes an expired item found by a lookup and counts it.
+fn expire(shard: &mut Shard, hash: u64, key: &[u8], state: u8) {
+    shard.remove(hash, key);
+    shard.counters.reclaimed += 1;
+    if state & FETCHED == 0 {
+        shard.counters.expired_unfetched += 1;
+    }
+}
+
+fn meta_of(h: &segment::Header, stored_at: u32) -> ItemMeta {
+    ItemMeta {
+        flags: h.flags,
+        exptime: h.exptime,
+        cas: h.cas,
+        last_access: stored_at,
+        fetched: h.state & FETCHED != 0,
+        stale: h.state & STALE != 0,
+        win_sent: h.state & WIN_SENT != 0,
+    }
+}
+
+fn state_of(m: &ItemMeta) -> u8 {
+    (if m.fetched { FETCHED } else { 0 })
+        | (if m.stale { STALE } else { 0 })
+        | (if m.win_sent { WIN_SENT } else { 0 })
 }
 
 /// Result of [`Store::get`].
@@ -179,24 +313,41 @@ pub enum ReadOutcome {
 
 /// Exclusive access to one key inside [`Store::entry`].
 pub struct Entry<'s> {
-    _p: std::marker::PhantomData<&'s ()>,
+    store: &'s Store,
+    shard: MutexGuard<'s, Shard>,
+    key: &'s [u8],
+    hash: u64,
+    now: UnixSecs,
+    expired: bool,
 }
 
 impl Entry<'_> {
+    fn loc(&self) -> Option<Loc> {
+        self.shard.find(self.hash, self.key)
+    }
+
     /// The live item, if any (an expired one is treated as absent and reclaimed).
-    /// Returns a copy; `value_len` is available cheaply via `meta_and_len`.
     pub fn item(&self) -> Option<Item> {
-        todo!()
+        let loc = self.loc()?;
+        let seg = self.shard.seg(loc.slot);
+        let h = seg.header(loc.offset as usize);
+        Some(Item {
+            value: seg.value(&h).to_vec(),
+            meta: meta_of(&h, seg.created),
+        })
     }
 
     /// Meta and value length of the live item without copying the value.
     pub fn peek(&self) -> Option<(ItemMeta, usize)> {
-        todo!()
+        let loc = self.loc()?;
+        let seg = self.shard.seg(loc.slot);
+        let h = seg.header(loc.offset as usize);
+        Some((meta_of(&h, seg.created), h.value_len))
     }
 
     /// Whether the lookup found an expired item (for `get_expired` / `expired_unfetched` stats).
     pub fn was_expired(&self) -> bool {
-        todo!()
+        self.expired
     }
 
     /// Stores a value built from `parts` concatenated (so append/prepend need no extra copy).
@@ -205,23 +356,119 @@ impl Entry<'_> {
     /// `OutOfMemory` if full and eviction is off (or nothing can be evicted). Returns the meta.
     pub fn store(
         &mut self,
-        _parts: &[&[u8]],
-        _flags: u32,
-        _exptime: UnixSecs,
-        _cas: Option<u64>,
+        parts: &[&[u8]],
+        flags: u32,
+        exptime: UnixSecs,
+        cas: Option<u64>,
     ) -> Result<ItemMeta, StoreError> {
-        todo!()
+        self.store_with_state(parts, flags, exptime, cas, 0)
+    }
+
+    fn store_with_state(
+        &mut self,
+        parts: &[&[u8]],
+        flags: u32,
+        exptime: UnixSecs,
+        cas: Option<u64>,
+        state: u8,
+    ) -> Result<ItemMeta, StoreError> {
+        let store = self.store;
+        let value_len: usize = parts.iter().map(|p| p.len()).sum();
+        let size = shard::needed(self.key, value_len, flags);
+        if size > store.config.item_size_max_bytes || self.key.len() > u8::MAX as usize {
+            return Err(StoreError::TooLarge);
+        }
+        let hash_of = |k: &[u8]| store.hash(k);
+        let loc = match self
+            .shard
+            .alloc(size, store.config.evict_when_full, self.now, &hash_of)
+        {
+            Alloc::At(loc) => loc,
+            Alloc::NoRoom => return Err(StoreError::OutOfMemory),
+        };
+        let cas = cas.unwrap_or_else(|| store.next_cas());
+        let offset = self
+            .shard
+            .seg_mut(loc.slot)
+            .append(self.key, parts, value_len, flags, exptime, cas, state);
+        debug_assert_eq!(offset, loc.offset as usize);
+        self.shard.link(self.hash, self.key, loc, &hash_of);
+        self.shard.counters.total_items += 1;
+        let seg = self.shard.seg(loc.slot);
+        let h = seg.header(offset);
+        let meta = meta_of(&h, seg.created);
+        if let Some(sink) = &store.sink {
+            sink.on_mutation(&Mutation::Stored {
+                key: self.key,
+                value: seg.value(&h),
+                meta,
+            });
+        }
+        Ok(meta)
     }
 
     /// Changes metadata of the live item in place (touch, stale marking, win flag, fetched bit).
-    /// Reports a `Mutation::Stored` only if `exptime`, `stale` or `cas` changed (client-visible).
+    /// Reports a `Mutation::Stored` only if `exptime`, `stale`, `flags` or `cas` changed.
     /// Returns false if there is no live item.
-    pub fn update_meta(&mut self, _f: impl FnOnce(&mut ItemMeta)) -> bool {
-        todo!()
+    pub fn update_meta(&mut self, f: impl FnOnce(&mut ItemMeta)) -> bool {
+        let Some(loc) = self.loc() else {
+            return false;
+        };
+        let seg = self.shard.seg(loc.slot);
+        let h = seg.header(loc.offset as usize);
+        let before = meta_of(&h, seg.created);
+        let mut after = before;
+        f(&mut after);
+        if after.flags != before.flags {
+            // Flags live in the item's variable part: write a new copy.
+            let value = seg.value(&h).to_vec();
+            let state = state_of(&after);
+            return self
+                .store_with_state(
+                    &[&value],
+                    after.flags,
+                    after.exptime,
+                    Some(after.cas),
+                    state,
+                )
+                .is_ok();
+        }
+        let seg = self.shard.seg_mut(loc.slot);
+        seg.set_exptime(&h, after.exptime);
+        seg.set_cas(&h, after.cas);
+        seg.set_state(
+            loc.offset as usize,
+            (h.state & !(FETCHED | STALE | WIN_SENT)) | state_of(&after),
+        );
+        let visible = after.exptime != before.exptime
+            || after.stale != before.stale
+            || after.cas != before.cas;
+        if visible {
+            if let Some(sink) = &self.store.sink {
+                let seg = self.shard.seg(loc.slot);
+                sink.on_mutation(&Mutation::Stored {
+                    key: self.key,
+                    value: seg.value(&h),
+                    meta: after,
+                });
+            }
+        }
+        true
     }
 
     /// Removes the live item; returns whether one existed. Reports `Mutation::Deleted`.
     pub fn delete(&mut self) -> bool {
-        todo!()
+        let removed = self.shard.remove(self.hash, self.key).is_some();
+        if removed {
+            if let Some(sink) = &self.store.sink {
+                sink.on_mutation(&Mutation::Deleted { key: self.key });
+            }
+        }
+        removed
     }
 }
+
+const _: () = assert!(DEAD != FETCHED);
+
+#[cfg(test)]
+mod tests;

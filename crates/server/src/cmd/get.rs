@@ -7,7 +7,14 @@ use crate::stats::bump;
 use crate::Ctx;
 
 /// Looks up one key of a retrieval line and appends its `VALUE` block if it is a hit.
-pub fn one(ctx: &Ctx, kind: GetKind, exptime: Option<i64>, now: u32, key: &[u8], out: &mut Vec<u8>) {
+pub fn one(
+    ctx: &Ctx,
+    kind: GetKind,
+    exptime: Option<i64>,
+    now: u32,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) {
     let c = &ctx.counters;
     bump(&c.cmd_get);
     let outcome = match exptime {

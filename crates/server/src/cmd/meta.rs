@@ -10,7 +10,7 @@
 //!
 //! Return flags are written in the order the request gave them, then W (this client won the
 //! right to recache), X (the item is stale) and Z (a win token was already handed out).
-//! Quiet mode (q) hides the common-case reply: EN for mg; HD for ms, md and ma; NF for md.
+//! Quiet mode (q) hides the common-case reply: EN for mg; HD for ms, md and ma.
 
 use cairn_proto::encode::{self, MetaLine};
 use cairn_proto::{MetaCmd, MetaFlags, MetaMode, MetaRequest};
@@ -54,8 +54,9 @@ fn return_flags<'o>(
     for &letter in &f.order {
         line = match (letter, item) {
             (b'O', _) => line.flag(b'O', f.opaque.as_deref().unwrap_or_default()),
+            // memcached puts `b` right after the key it encodes.
+            (b'k', _) if f.base64 => line.flag(b'k', &req.wire_key()).flag(b'b', b""),
             (b'k', _) => line.flag(b'k', &req.wire_key()),
-            (b'b', _) if f.return_key => line.flag(b'b', b""),
             (b'c', Some((m, _))) => line.num(b'c', m.cas),
             (b'f', Some((m, _))) => line.num(b'f', u64::from(m.flags)),
             (b'h', Some(_)) => line.num(b'h', u64::from(hit_before)),
@@ -116,18 +117,8 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 bump(&c.get_expired);
             }
             if !f.quiet {
-                let line = MetaLine::new(out, b"EN");
-                let line = if f.opaque.is_some() {
-                    line.flag(b'O', f.opaque.as_deref().unwrap_or_default())
-                } else {
-                    line
-                };
-                let line = if f.return_key {
-                    line.flag(b'k', &req.wire_key())
-                } else {
-                    line
-                };
-                line.end();
+                // A miss still echoes O and k (in request order) so pipelines can match it.
+                return_flags(MetaLine::new(out, b"EN"), req, None, false, now).end();
             }
         }
         Ok((item, hit_before, won)) => {
@@ -142,15 +133,16 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             } else {
                 MetaLine::new(out, b"HD")
             };
+            // memcached's order: Z (token already out), X (stale), W (this client won).
             let mut line = return_flags(line, req, Some((&meta, value.len())), hit_before, now);
-            if won {
-                line = line.flag(b'W', b"");
+            if meta.win_sent && !won {
+                line = line.flag(b'Z', b"");
             }
             if meta.stale {
                 line = line.flag(b'X', b"");
             }
-            if meta.win_sent && !won {
-                line = line.flag(b'Z', b"");
+            if won {
+                line = line.flag(b'W', b"");
             }
             line.end();
             if f.return_value {
@@ -191,9 +183,15 @@ fn compare_cas(f: &MetaFlags, current: Option<(ItemMeta, usize)>) -> Result<(), 
     }
 }
 
-fn write_reply(req: &MetaRequest, code: Code, meta: Option<ItemMeta>, size: usize, now: u32, out: &mut Vec<u8>) {
-    let quiet = req.flags.quiet
-        && (code == Code::Stored || (req.cmd == MetaCmd::Delete && code == Code::NotFound));
+fn write_reply(
+    req: &MetaRequest,
+    code: Code,
+    meta: Option<ItemMeta>,
+    size: usize,
+    now: u32,
+    out: &mut Vec<u8>,
+) {
+    let quiet = req.flags.quiet && code == Code::Stored;
     if quiet {
         return;
     }
@@ -209,50 +207,61 @@ fn set(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     let exptime = crate::absolute_exptime(f.new_ttl.unwrap_or(0), now);
     let flags = f.client_flags.unwrap_or(0);
     let mode = f.mode.unwrap_or(MetaMode::Set);
-    let result: Result<(Code, Option<ItemMeta>), StoreError> = ctx.store.entry(&req.key, now, |e| {
-        let current = e.peek();
-        let mut stale = false;
-        if let Err(code) = compare_cas(f, current) {
-            // I: a compare-and-swap with an older CAS still stores, but marks the item stale.
-            let older = matches!((f.compare_cas, current), (Some(cc), Some((m, _))) if cc < m.cas);
-            if !(f.invalidate && older) {
-                if f.compare_cas.is_some() {
-                    bump(if code == Code::NotFound { &c.cas_misses } else { &c.cas_badval });
+    let result: Result<(Code, Option<ItemMeta>), StoreError> =
+        ctx.store.entry(&req.key, now, |e| {
+            let current = e.peek();
+            let mut stale = false;
+            if let Err(code) = compare_cas(f, current) {
+                // I: a compare-and-swap with an older CAS still stores, but marks the item stale.
+                let older =
+                    matches!((f.compare_cas, current), (Some(cc), Some((m, _))) if cc < m.cas);
+                if !(f.invalidate && older) {
+                    if f.compare_cas.is_some() {
+                        bump(if code == Code::NotFound {
+                            &c.cas_misses
+                        } else {
+                            &c.cas_badval
+                        });
+                    }
+                    return Ok((code, None));
                 }
-                return Ok((code, None));
+                stale = true;
             }
-            stale = true;
-        }
-        let stored = match mode {
-            MetaMode::Add if current.is_some() => return Ok((Code::NotStored, None)),
-            MetaMode::Replace if current.is_none() => return Ok((Code::NotStored, None)),
-            MetaMode::Append | MetaMode::Prepend => match e.item() {
-                None => match f.vivify_ttl {
-                    Some(ttl) => e.store(&[value], flags, crate::absolute_exptime(ttl, now), f.explicit_cas)?,
-                    None => return Ok((Code::NotStored, None)),
+            let stored = match mode {
+                MetaMode::Add if current.is_some() => return Ok((Code::NotStored, None)),
+                MetaMode::Replace if current.is_none() => return Ok((Code::NotStored, None)),
+                MetaMode::Append | MetaMode::Prepend => match e.item() {
+                    None => match f.vivify_ttl {
+                        Some(ttl) => e.store(
+                            &[value],
+                            flags,
+                            crate::absolute_exptime(ttl, now),
+                            f.explicit_cas,
+                        )?,
+                        None => return Ok((Code::NotStored, None)),
+                    },
+                    Some(old) => {
+                        let parts: [&[u8]; 2] = if mode == MetaMode::Append {
+                            [&old.value, value]
+                        } else {
+                            [value, &old.value]
+                        };
+                        e.store(&parts, old.meta.flags, old.meta.exptime, f.explicit_cas)?
+                    }
                 },
-                Some(old) => {
-                    let parts: [&[u8]; 2] = if mode == MetaMode::Append {
-                        [&old.value, value]
-                    } else {
-                        [value, &old.value]
-                    };
-                    e.store(&parts, old.meta.flags, old.meta.exptime, f.explicit_cas)?
-                }
-            },
-            MetaMode::Incr | MetaMode::Decr => return Ok((Code::NotStored, None)),
-            _ => e.store(&[value], flags, exptime, f.explicit_cas)?,
-        };
-        if f.compare_cas.is_some() {
-            bump(&c.cas_hits);
-        }
-        let mut meta = stored;
-        if stale {
-            e.update_meta(|m| m.stale = true);
-            meta.stale = true;
-        }
-        Ok((Code::Stored, Some(meta)))
-    });
+                MetaMode::Incr | MetaMode::Decr => return Ok((Code::NotStored, None)),
+                _ => e.store(&[value], flags, exptime, f.explicit_cas)?,
+            };
+            if f.compare_cas.is_some() {
+                bump(&c.cas_hits);
+            }
+            let mut meta = stored;
+            if stale {
+                e.update_meta(|m| m.stale = true);
+                meta.stale = true;
+            }
+            Ok((Code::Stored, Some(meta)))
+        });
     match result {
         Ok((code, meta)) => write_reply(req, code, meta, value.len(), now, out),
         Err(e) => out.extend_from_slice(super::storage::store_error(ctx, e)),
@@ -292,7 +301,11 @@ fn delete(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
         }
         Code::Stored
     });
-    bump(if code == Code::Stored { &c.delete_hits } else { &c.delete_misses });
+    bump(if code == Code::Stored {
+        &c.delete_hits
+    } else {
+        &c.delete_misses
+    });
     write_reply(req, code, None, 0, now, out);
 }
 
@@ -301,7 +314,7 @@ fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     let f = &req.flags;
     let incr = f.mode != Some(MetaMode::Decr);
     if matches!(f.mode, Some(m) if m != MetaMode::Incr && m != MetaMode::Decr) {
-        out.extend_from_slice(b"CLIENT_ERROR invalid mode for ma\r\n");
+        out.extend_from_slice(b"CLIENT_ERROR invalid mode for ma M token\r\n");
         return;
     }
     let delta = f.delta.unwrap_or(1);
@@ -321,7 +334,12 @@ fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             let mut text = Vec::new();
             encode::decimal(&mut text, initial);
             let meta = e
-                .store(&[&text], 0, crate::absolute_exptime(ttl, now), f.explicit_cas)
+                .store(
+                    &[&text],
+                    0,
+                    crate::absolute_exptime(ttl, now),
+                    f.explicit_cas,
+                )
                 .map_err(arith::ArithError::Store)?;
             return Ok((Code::Stored, Some((initial, meta))));
         };
@@ -360,7 +378,9 @@ fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
         Err(arith::ArithError::NonNumeric) => out
             .extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
         Err(arith::ArithError::NotFound) => write_reply(req, Code::NotFound, None, 0, now, out),
-        Err(arith::ArithError::Store(e)) => out.extend_from_slice(super::storage::store_error(ctx, e)),
+        Err(arith::ArithError::Store(e)) => {
+            out.extend_from_slice(super::storage::store_error(ctx, e))
+        }
     }
 }
 
@@ -376,7 +396,11 @@ fn debug(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             out.extend_from_slice(b"ME ");
             out.extend_from_slice(&req.wire_key());
             // Writing to a Vec cannot fail.
-            let _ = write!(out, " exp={exp} la={la} cas={} fetch={fetch} cls=1 size={size}\r\n", m.cas);
+            let _ = write!(
+                out,
+                " exp={exp} la={la} cas={} fetch={fetch} cls=1 size={size}\r\n",
+                m.cas
+            );
         }
     }
 }

@@ -20,7 +20,13 @@ pub fn cpu_seconds() -> (f64, f64) {
         return (0.0, 0.0);
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 100.0
+    };
     (ticks(11), ticks(12))
 }
 
@@ -72,7 +78,11 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             stat(out, "tcpport", c.port);
             stat(out, "interface", &c.listen);
             stat(out, "verbosity", ctx.verbosity.load(Relaxed));
-            stat(out, "evictions", if c.disable_evictions { "off" } else { "on" });
+            stat(
+                out,
+                "evictions",
+                if c.disable_evictions { "off" } else { "on" },
+            );
             stat(out, "num_threads", c.worker_threads());
             stat(out, "cas_enabled", "yes");
             stat(out, "item_size_max", c.item_size_max);
@@ -87,7 +97,11 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
             stat(out, "items:1:expired_unfetched", s.expired_unfetched);
             stat(out, "items:1:reclaimed", s.reclaimed);
-            stat(out, "items:1:outofmemory", ctx.counters.store_no_memory.load(Relaxed));
+            stat(
+                out,
+                "items:1:outofmemory",
+                ctx.counters.store_no_memory.load(Relaxed),
+            );
         }
         Some("slabs") => {
             let s = ctx.store.stats();

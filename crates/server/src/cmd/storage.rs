@@ -55,7 +55,9 @@ pub fn store(
             }
             StoreKind::Add if current.is_some() => Ok(NOT_STORED),
             StoreKind::Replace if current.is_none() => Ok(NOT_STORED),
-            StoreKind::Add | StoreKind::Replace => e.store(&[value], flags, exptime, None).map(|_| STORED),
+            StoreKind::Add | StoreKind::Replace => {
+                e.store(&[value], flags, exptime, None).map(|_| STORED)
+            }
             StoreKind::Append | StoreKind::Prepend => match e.item() {
                 None => Ok(NOT_STORED),
                 Some(old) => {

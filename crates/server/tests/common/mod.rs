@@ -77,7 +77,11 @@ impl Conn {
         let mut buf = [0u8; 65536];
         while !got.ends_with(end) {
             let n = self.stream.read(&mut buf).expect("read");
-            assert!(n > 0, "server closed; got so far: {:?}", String::from_utf8_lossy(&got));
+            assert!(
+                n > 0,
+                "server closed; got so far: {:?}",
+                String::from_utf8_lossy(&got)
+            );
             got.extend_from_slice(&buf[..n]);
         }
         got

@@ -1,0 +1,325 @@
+//! Store tests: every method, a model comparison, eviction under a limit, threads.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex as StdMutex;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn store(limit_mb: u64) -> Store {
+    Store::new(
+        StoreConfig {
+            memory_limit_bytes: limit_mb << 20,
+            ..StoreConfig::default()
+        },
+        None,
+    )
+}
+
+fn set(s: &Store, key: &[u8], value: &[u8], flags: u32, exptime: u32) -> ItemMeta {
+    s.entry(key, 100, |e| e.store(&[value], flags, exptime, None))
+        .unwrap()
+}
+
+fn value(s: &Store, key: &[u8], now: u32) -> Option<Vec<u8>> {
+    match s.get(key, now) {
+        ReadOutcome::Hit(i) => Some(i.value),
+        _ => None,
+    }
+}
+
+#[test]
+fn store_get_overwrite_delete() {
+    let s = store(64);
+    let m1 = set(&s, b"a", b"one", 7, 0);
+    assert_eq!(m1.flags, 7);
+    let ReadOutcome::Hit(item) = s.get(b"a", 100) else {
+        panic!("hit")
+    };
+    assert_eq!(
+        (item.value.as_slice(), item.meta.cas),
+        (&b"one"[..], m1.cas)
+    );
+    let m2 = set(&s, b"a", b"two!", 0, 0);
+    assert!(m2.cas > m1.cas, "a fresh unique per store");
+    assert_eq!(value(&s, b"a", 100).as_deref(), Some(&b"two!"[..]));
+    assert_eq!(s.stats().curr_items, 1);
+    assert_eq!(s.stats().total_items, 2);
+    assert!(s.entry(b"a", 100, |e| e.delete()));
+    assert!(!s.entry(b"a", 100, |e| e.delete()));
+    assert_eq!(s.get(b"a", 100), ReadOutcome::Miss);
+    assert_eq!(s.stats().curr_items, 0);
+    assert_eq!(s.stats().bytes, 0);
+}
+
+#[test]
+fn parts_are_concatenated_and_fetched_is_tracked() {
+    let s = store(64);
+    s.entry(b"k", 1, |e| e.store(&[b"ab", b"", b"cd"], 0, 0, Some(99)))
+        .unwrap();
+    assert_eq!(
+        s.entry(b"k", 1, |e| e.peek())
+            .map(|(m, l)| (m.cas, l, m.fetched)),
+        Some((99, 4, false))
+    );
+    assert_eq!(value(&s, b"k", 1).as_deref(), Some(&b"abcd"[..]));
+    assert_eq!(
+        s.entry(b"k", 1, |e| e.peek()).map(|(m, _)| m.fetched),
+        Some(true)
+    );
+}
+
+#[test]
+fn expiry_is_lazy_and_counted() {
+    let s = store(64);
+    set(&s, b"e", b"x", 0, 150);
+    assert!(value(&s, b"e", 149).is_some());
+    assert_eq!(s.get(b"e", 150), ReadOutcome::Expired);
+    assert_eq!(s.get(b"e", 150), ReadOutcome::Miss);
+    set(&s, b"f", b"x", 0, 150);
+    assert!(s.entry(b"f", 200, |e| e.was_expired() && e.peek().is_none()));
+    let st = s.stats();
+    assert_eq!(
+        (st.curr_items, st.reclaimed, st.expired_unfetched),
+        (0, 2, 1)
+    );
+}
+
+#[test]
+fn reclaim_frees_expired_items() {
+    let s = store(64);
+    for i in 0..1000u32 {
+        set(
+            &s,
+            format!("k{i}").as_bytes(),
+            b"v",
+            0,
+            if i % 2 == 0 { 150 } else { 0 },
+        );
+    }
+    let mut total = 0;
+    for _ in 0..10 {
+        total += s.reclaim_expired(200, 10_000);
+    }
+    assert_eq!(total, 500);
+    assert_eq!(s.stats().curr_items, 500);
+    assert!(value(&s, b"k1", 200).is_some());
+}
+
+#[test]
+fn update_meta_and_mutation_reports() {
+    #[derive(Default)]
+    struct Log(StdMutex<Vec<String>>);
+    impl MutationSink for Log {
+        fn on_mutation(&self, m: &Mutation<'_>) {
+            let line = match m {
+                Mutation::Stored { key, value, meta } => format!(
+                    "S {} {} {} {}",
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(value),
+                    meta.exptime,
+                    meta.stale
+                ),
+                Mutation::Deleted { key } => format!("D {}", String::from_utf8_lossy(key)),
+                Mutation::Flushed => "F".to_string(),
+            };
+            self.0.lock().unwrap().push(line);
+        }
+    }
+    let log = Arc::new(Log::default());
+    let s = Store::new(StoreConfig::default(), Some(log.clone()));
+    set(&s, b"k", b"v", 0, 0);
+    assert!(
+        s.entry(b"k", 100, |e| e.update_meta(|m| m.fetched = true)),
+        "not reported"
+    );
+    assert!(s.entry(b"k", 100, |e| e.update_meta(|m| m.exptime = 500)));
+    assert!(s.entry(b"k", 100, |e| e.update_meta(|m| m.stale = true)));
+    assert!(s.entry(b"k", 100, |e| e.update_meta(|m| m.flags = 3)));
+    assert_eq!(
+        s.entry(b"k", 100, |e| e.peek())
+            .map(|(m, _)| (m.flags, m.stale, m.exptime)),
+        Some((3, true, 500))
+    );
+    assert!(!s.entry(b"nope", 100, |e| e.update_meta(|m| m.exptime = 1)));
+    s.entry(b"k", 100, |e| e.delete());
+    s.get(b"k", 100);
+    s.flush_all();
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        vec![
+            "S k v 0 false",
+            "S k v 500 false",
+            "S k v 500 true",
+            "S k v 500 true",
+            "D k",
+            "F"
+        ]
+    );
+}
+
+#[test]
+fn too_large_and_out_of_memory() {
+    let s = Store::new(
+        StoreConfig {
+            memory_limit_bytes: 8 << 20,
+            evict_when_full: false,
+            item_size_max_bytes: 1 << 20,
+            shard_count: 1,
+        },
+        None,
+    );
+    let big = vec![0u8; 1 << 20];
+    assert_eq!(
+        s.entry(b"k", 1, |e| e.store(&[&big], 0, 0, None)),
+        Err(StoreError::TooLarge)
+    );
+    let v = vec![1u8; 100_000];
+    let mut stored = 0;
+    let err = loop {
+        match s.entry(format!("k{stored}").as_bytes(), 1, |e| {
+            e.store(&[&v], 0, 0, None)
+        }) {
+            Ok(_) => stored += 1,
+            Err(e) => break e,
+        }
+        assert!(stored < 1000, "never ran out");
+    };
+    assert_eq!(err, StoreError::OutOfMemory);
+    assert!(stored >= 60, "only {stored} fit in 8 MiB");
+    assert!(
+        value(&s, b"k0", 1).is_some(),
+        "nothing evicted with evictions off"
+    );
+    assert_eq!(s.stats().evictions, 0);
+}
+
+#[test]
+fn eviction_keeps_memory_under_the_limit() {
+    let s = store(16);
+    let v = vec![7u8; 1000];
+    for i in 0..100_000u32 {
+        s.entry(format!("key{i}").as_bytes(), 1, |e| {
+            e.store(&[&v], 0, 0, None)
+        })
+        .unwrap();
+    }
+    let st = s.stats();
+    assert!(st.memory_used_bytes <= 16 << 20, "{st:?}");
+    assert!(st.evictions > 50_000, "{st:?}");
+    assert_eq!(st.curr_items + st.evictions, 100_000);
+    assert!(value(&s, b"key99999", 1).is_some(), "the newest survives");
+    assert!(value(&s, b"key0", 1).is_none(), "the oldest went");
+}
+
+#[test]
+fn fetched_items_get_a_second_chance() {
+    let s = Store::new(
+        StoreConfig {
+            memory_limit_bytes: 8 << 20,
+            shard_count: 1,
+            ..StoreConfig::default()
+        },
+        None,
+    );
+    let v = vec![7u8; 1000];
+    s.entry(b"hot", 1, |e| e.store(&[&v], 0, 0, None)).unwrap();
+    for i in 0..20_000u32 {
+        if i % 100 == 0 {
+            assert!(value(&s, b"hot", 1).is_some(), "hot item lost at {i}");
+        }
+        s.entry(format!("cold{i}").as_bytes(), 1, |e| {
+            e.store(&[&v], 0, 0, None)
+        })
+        .unwrap();
+    }
+    assert!(s.stats().evictions > 0);
+}
+
+#[test]
+fn concurrent_writers_and_readers() {
+    let s = Arc::new(store(64));
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                for i in 0..20_000u32 {
+                    let key = format!("k{}", i % 500);
+                    if i % 3 == 0 {
+                        s.entry(key.as_bytes(), 1, |e| {
+                            e.store(&[&[t; 10]], u32::from(t), 0, None)
+                        })
+                        .unwrap();
+                    } else if let ReadOutcome::Hit(item) = s.get(key.as_bytes(), 1) {
+                        assert_eq!(item.value, vec![item.meta.flags as u8; 10], "torn item");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(s.stats().curr_items, 500);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Set(u8, Vec<u8>, u32),
+    Delete(u8),
+    Touch(u8, u32),
+    Get(u8),
+    Flush,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0u8..20, proptest::collection::vec(any::<u8>(), 0..300), prop_oneof![Just(0u32), 90u32..120]).prop_map(|(k, v, e)| Op::Set(k, v, e)),
+        2 => (0u8..20).prop_map(Op::Delete),
+        1 => (0u8..20, 90u32..120).prop_map(|(k, e)| Op::Touch(k, e)),
+        3 => (0u8..20).prop_map(Op::Get),
+        1 => Just(Op::Flush),
+    ]
+}
+
+proptest! {
+    /// The store answers like a BTreeMap with expiry, at a fixed clock of 100.
+    #[test]
+    fn matches_a_model(ops in proptest::collection::vec(op(), 1..200)) {
+        let s = store(64);
+        let mut model: BTreeMap<u8, (Vec<u8>, u32)> = BTreeMap::new();
+        let now = 100;
+        let live = |m: &BTreeMap<u8, (Vec<u8>, u32)>, k: u8| m.get(&k).filter(|(_, e)| *e == 0 || *e > now).cloned();
+        for op in ops {
+            match op {
+                Op::Set(k, v, e) => {
+                    s.entry(&[k], now, |en| en.store(&[&v], 0, e, None)).unwrap();
+                    model.insert(k, (v, e));
+                }
+                Op::Delete(k) => {
+                    let existed = s.entry(&[k], now, |en| en.delete());
+                    prop_assert_eq!(existed, live(&model, k).is_some());
+                    model.remove(&k);
+                }
+                Op::Touch(k, e) => {
+                    let touched = s.entry(&[k], now, |en| en.update_meta(|m| m.exptime = e));
+                    prop_assert_eq!(touched, live(&model, k).is_some());
+                    if let Some(entry) = model.get_mut(&k) {
+                        if touched { entry.1 = e; }
+                    }
+                }
+                Op::Get(k) => {
+                    prop_assert_eq!(value(&s, &[k], now), live(&model, k).map(|(v, _)| v));
+                }
+                Op::Flush => {
+                    s.flush_all();
+                    model.clear();
+                }
+            }
+        }
+        let expected = (0..20u8).filter(|&k| live(&model, k).is_some()).count() as u64;
+        let actual = (0..20u8).filter(|&k| value(&s, &[k], now).is_some()).count() as u64;
+        prop_assert_eq!(actual, expected);
+    }
+}
