@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Resident memory per item, side by side: cairn, memcached, redis-server.
+
+Each server is started on a free loopback port, loaded with N items of the ARCUS seed's shape
+(keys memtier-1 .. memtier-N, 50-byte values) through pipelined requests, and its RSS growth
+(VmRSS from /proc) is divided by N. Servers that are not installed are skipped with a note.
+
+usage: scripts/bytes_per_item.py [N] [--cairn target/release/cairn]
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+VALUE = b"x" * 50
+BATCH = 2000
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def wait_ready(port, probe, expect):
+    """Polls with a short backoff until the server answers `probe` (not a fixed sleep)."""
+    delay = 0.01
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(probe)
+                if expect in s.recv(1024):
+                    return
+        except OSError:
+            pass
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+    raise RuntimeError(f"server on {port} never became ready")
+
+
+def load_memcache(port, n):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        for start in range(1, n + 1, BATCH):
+            end = min(start + BATCH, n + 1)
+            s.sendall(b"".join(b"set memtier-%d 0 0 50 noreply\r\n%s\r\n" % (i, VALUE) for i in range(start, end)))
+        s.sendall(b"version\r\n")
+        buf = b""
+        while b"VERSION" not in buf:
+            buf += s.recv(4096)
+
+
+def load_redis(port, n):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        replies = [0]
+
+        def drain():
+            buf = b""
+            while replies[0] < n:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    return
+                replies[0] += chunk.count(b"+OK\r\n")
+
+        t = threading.Thread(target=drain)
+        t.start()
+        for start in range(1, n + 1, BATCH):
+            end = min(start + BATCH, n + 1)
+            s.sendall(
+                b"".join(
+                    b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$50\r\n%s\r\n" % (len(k), k, VALUE)
+                    for k in (b"memtier-%d" % i for i in range(start, end))
+                )
+            )
+        t.join()
+
+
+def measure(name, cmd, port, loader, probe, expect, n):
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port, probe, expect)
+        before = rss_bytes(proc.pid)
+        t0 = time.time()
+        loader(port, n)
+        secs = time.time() - t0
+        after = rss_bytes(proc.pid)
+        per_item = (after - before) / n
+        print(f"| {name} | {n:,} | {before / 2**20:.1f} | {after / 2**20:.1f} | {per_item:.1f} | {secs:.1f} |", flush=True)
+        return per_item
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=int, nargs="?", default=10_000_000)
+    ap.add_argument("--cairn", default="target/release/cairn")
+    args = ap.parse_args()
+    n = args.n
+    mem_mb = str(max(256, n * 400 // 2**20))
+    print("| server | items | RSS before (MiB) | RSS after (MiB) | bytes per item | load time (s) |")
+    print("|---|---|---|---|---|---|")
+    results = {}
+    port = free_port()
+    results["cairn"] = measure(
+        "cairn", [args.cairn, "-p", str(port), "-m", mem_mb, "-t", "2"], port, load_memcache, b"version\r\n", b"VERSION", n
+    )
+    if shutil.which("memcached"):
+        port = free_port()
+        results["memcached"] = measure(
+            "memcached 1.6 (-t 2)",
+            ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", mem_mb, "-t", "2", "-u", "root"],
+            port, load_memcache, b"version\r\n", b"VERSION", n,
+        )
+    else:
+        print("memcached not installed: skipped", file=sys.stderr)
+    if shutil.which("redis-server"):
+        port = free_port()
+        with tempfile.TemporaryDirectory() as d:
+            results["redis"] = measure(
+                "redis-server (no persistence)",
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d],
+                port, load_redis, b"PING\r\n", b"PONG", n,
+            )
+    else:
+        print("redis-server not installed: skipped", file=sys.stderr)
+    if "memcached" in results:
+        print(f"\ncairn / memcached bytes per item: {results['cairn'] / results['memcached']:.2f}x")
+    if "redis" in results:
+        print(f"cairn / redis bytes per item: {results['cairn'] / results['redis']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
