@@ -1,0 +1,245 @@
+//! A fault-injecting, in-memory [`FileSystem`] for tests only: it fails chosen operations and
+//! simulates a power loss by forgetting every byte and every directory change that was not
+//! synced.
+//!
+//! ```text
+//!   file:  data (what reads see)   durable (what survives power_loss: as of the last sync_data)
+//!   dir:   names (what list sees)  durable names (as of the last sync_dir)
+//! ```
+//!
+//! Not a stand-in for the product: the real log always runs on [`crate::RealFs`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::fs::{FileSystem, LogFile};
+
+/// Operations that can be made to fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    Write,
+    Sync,
+    Rename,
+    SyncDir,
+    Create,
+}
+
+#[derive(Default)]
+struct FileData {
+    /// Bytes as reads see them.
+    data: Vec<u8>,
+    /// Bytes as of the last sync_data.
+    durable: Vec<u8>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Current directory entries: path -> file.
+    names: BTreeMap<PathBuf, Arc<Mutex<FileData>>>,
+    /// Entries as of the last sync_dir of their directory.
+    durable_names: BTreeMap<PathBuf, Arc<Mutex<FileData>>>,
+    /// For each operation: fail the call after this many more successes, with this errno.
+    faults: BTreeMap<Op, (usize, i32)>,
+    /// Bytes a write may still add in total before ENOSPC (None = unlimited).
+    space_left: Option<usize>,
+}
+
+/// The fake filesystem. Cheap to clone; clones share state.
+#[derive(Clone, Default)]
+pub struct FaultyFs {
+    state: Arc<Mutex<State>>,
+}
+
+impl FaultyFs {
+    pub fn new() -> FaultyFs {
+        FaultyFs::default()
+    }
+
+    /// Makes the `op` call after `successes` more successful ones fail with `errno`, once.
+    pub fn fail_after(&self, op: Op, successes: usize, errno: i32) {
+        self.state.lock().faults.insert(op, (successes, errno));
+    }
+
+    /// Limits how many more bytes writes may add; beyond it they fail with ENOSPC.
+    pub fn set_space_left(&self, bytes: Option<usize>) {
+        self.state.lock().space_left = bytes;
+    }
+
+    /// Forgets everything not synced: file contents fall back to their last sync_data, and
+    /// directory entries to their last sync_dir.
+    pub fn power_loss(&self) {
+        let mut s = self.state.lock();
+        s.names = s.durable_names.clone();
+        for f in s.names.values() {
+            let mut f = f.lock();
+            f.data = f.durable.clone();
+        }
+        s.faults.clear();
+        s.space_left = None;
+    }
+
+    /// Direct access for corruption tests: runs `f` on a file's bytes (both views).
+    pub fn corrupt(&self, path: &Path, f: impl Fn(&mut Vec<u8>)) {
+        let s = self.state.lock();
+        let file = s.names.get(path).expect("file exists");
+        let mut file = file.lock();
+        f(&mut file.data);
+        f(&mut file.durable);
+    }
+
+    fn check(&self, op: Op) -> io::Result<()> {
+        let mut s = self.state.lock();
+        if let Some((left, errno)) = s.faults.get_mut(&op) {
+            if *left == 0 {
+                let errno = *errno;
+                s.faults.remove(&op);
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+            *left -= 1;
+        }
+        Ok(())
+    }
+}
+
+struct FaultyFile {
+    fs: FaultyFs,
+    data: Arc<Mutex<FileData>>,
+}
+
+impl LogFile for FaultyFile {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.fs.check(Op::Write)?;
+        let mut f = self.data.lock();
+        let end = offset as usize + buf.len();
+        let growth = end.saturating_sub(f.data.len());
+        {
+            let mut s = self.fs.state.lock();
+            if let Some(left) = s.space_left.as_mut() {
+                if growth > *left {
+                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+                *left -= growth;
+            }
+        }
+        if f.data.len() < end {
+            f.data.resize(end, 0);
+        }
+        f.data[offset as usize..end].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let f = self.data.lock();
+        let start = (offset as usize).min(f.data.len());
+        let n = buf.len().min(f.data.len() - start);
+        buf[..n].copy_from_slice(&f.data[start..start + n]);
+        Ok(n)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.fs.check(Op::Sync)?;
+        let mut f = self.data.lock();
+        f.durable = f.data.clone();
+        Ok(())
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.data.lock().data.len() as u64)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut f = self.data.lock();
+        let growth = (len as usize).saturating_sub(f.data.len());
+        {
+            let mut s = self.fs.state.lock();
+            if let Some(left) = s.space_left.as_mut() {
+                if growth > *left {
+                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+                *left -= growth;
+            }
+        }
+        f.data.resize(len as usize, 0);
+        Ok(())
+    }
+}
+
+impl FileSystem for FaultyFs {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        self.check(Op::Create)?;
+        let mut s = self.state.lock();
+        if s.names.contains_key(path) {
+            return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+        }
+        let data = Arc::new(Mutex::new(FileData::default()));
+        s.names.insert(path.to_path_buf(), Arc::clone(&data));
+        Ok(Box::new(FaultyFile {
+            fs: self.clone(),
+            data,
+        }))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        let s = self.state.lock();
+        let data = s
+            .names
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(Box::new(FaultyFile {
+            fs: self.clone(),
+            data,
+        }))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        let s = self.state.lock();
+        Ok(s.names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.state
+            .lock()
+            .names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.check(Op::Rename)?;
+        let mut s = self.state.lock();
+        let f = s
+            .names
+            .remove(from)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        s.names.insert(to.to_path_buf(), f);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.check(Op::SyncDir)?;
+        let mut s = self.state.lock();
+        let current: Vec<_> = s
+            .names
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .map(|(p, f)| (p.clone(), Arc::clone(f)))
+            .collect();
+        s.durable_names.retain(|p, _| p.parent() != Some(dir));
+        s.durable_names.extend(current);
+        Ok(())
+    }
+
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+}

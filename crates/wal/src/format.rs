@@ -1,0 +1,184 @@
+//! The bytes on disk: segment header and record framing (also in docs/FORMATS.md).
+//!
+//! ```text
+//! segment file "<first_lsn, 20 digits>.wal", preallocated; all integers little-endian
+//!   header, 40 bytes:
+//!     0  magic       8  b"CAIRNWAL"
+//!     8  version     4  1
+//!    12  reserved    4  0
+//!    16  log_id      8  random, chosen when the log was created; every segment of a log has it
+//!    24  first_lsn   8  LSN of the segment's first record (also its file name)
+//!    32  header_crc  4  CRC32C of bytes 0..32
+//!    36  reserved    4  0
+//!   records from offset 40, back to back:
+//!     0  len         4  payload length
+//!     4  lsn         8  this record's LSN: the previous one + 1
+//!    12  crc         4  CRC32C over log_id (8 bytes), then bytes 0..12 of this record, then
+//!                       the payload
+//!    16  payload   len
+//!   after the last record: zeros (preallocation) up to the end of the file
+//! ```
+//!
+//! The CRC covers the record header as well as the payload, and is seeded with the log id, so
+//! a segment left over from another log (a reused or renamed file) cannot bring back records:
+//! its records fail the check. A record whose 16 header bytes are all zero marks the end.
+
+/// Magic of a segment file.
+pub const MAGIC: &[u8; 8] = b"CAIRNWAL";
+/// Format version written by this code.
+pub const VERSION: u32 = 1;
+/// Bytes of the segment header.
+pub const HEADER_LEN: usize = 40;
+/// Bytes of a record header.
+pub const RECORD_HEADER_LEN: usize = 16;
+
+/// A decoded segment header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub log_id: u64,
+    pub first_lsn: u64,
+}
+
+/// Why a header or record did not decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bad {
+    /// Zeros where a record would start: the clean end of the data.
+    End,
+    /// Not enough bytes for the header or payload it announces.
+    Short,
+    /// Wrong magic, version, or checksum.
+    Checksum,
+}
+
+impl SegmentHeader {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[16..24].copy_from_slice(&self.log_id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.first_lsn.to_le_bytes());
+        let crc = crc32c::crc32c(&b[0..32]);
+        b[32..36].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<SegmentHeader, Bad> {
+        if b.len() < HEADER_LEN {
+            return Err(Bad::Short);
+        }
+        let crc = u32::from_le_bytes(b[32..36].try_into().expect("4 bytes"));
+        if &b[0..8] != MAGIC
+            || u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) != VERSION
+            || crc != crc32c::crc32c(&b[0..32])
+        {
+            return Err(Bad::Checksum);
+        }
+        Ok(SegmentHeader {
+            log_id: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
+            first_lsn: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+fn record_crc(log_id: u64, head: &[u8], payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&log_id.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc, head);
+    crc32c::crc32c_append(crc, payload)
+}
+
+/// Appends one framed record to `out`.
+pub fn encode_record(out: &mut Vec<u8>, log_id: u64, lsn: u64, payload: &[u8]) {
+    assert!(lsn > 0, "LSNs start at 1");
+    let len = u32::try_from(payload.len()).expect("record size checked by the caller");
+    let start = out.len();
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&lsn.to_le_bytes());
+    let crc = record_crc(log_id, &out[start..start + 12], payload);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Decodes the record at the start of `b`: (lsn, payload range within `b`, total length).
+pub fn decode_record(b: &[u8], log_id: u64) -> Result<(u64, std::ops::Range<usize>, usize), Bad> {
+    if b.len() < RECORD_HEADER_LEN {
+        return if b.iter().all(|&x| x == 0) {
+            Err(Bad::End)
+        } else {
+            Err(Bad::Short)
+        };
+    }
+    let head = &b[..RECORD_HEADER_LEN];
+    if head.iter().all(|&x| x == 0) {
+        return Err(Bad::End);
+    }
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
+    let lsn = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+    let total = RECORD_HEADER_LEN + len;
+    if b.len() < total {
+        return Err(Bad::Short);
+    }
+    let payload = RECORD_HEADER_LEN..total;
+    if record_crc(log_id, &head[0..12], &b[payload.clone()]) != crc {
+        return Err(Bad::Checksum);
+    }
+    Ok((lsn, payload, total))
+}
+
+/// The file name of the segment whose first record is `first_lsn`.
+pub fn segment_name(first_lsn: u64) -> String {
+    format!("{first_lsn:020}.wal")
+}
+
+/// The first LSN a segment file name stands for, if it is one.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".wal")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip_and_checks() {
+        let mut b = Vec::new();
+        encode_record(&mut b, 7, 1, b"hello");
+        encode_record(&mut b, 7, 2, b"");
+        let (lsn, p, n) = decode_record(&b, 7).unwrap();
+        assert_eq!((lsn, &b[p], n), (1, &b"hello"[..], 21));
+        let (lsn, p, _) = decode_record(&b[n..], 7).unwrap();
+        assert_eq!((lsn, p.len()), (2, 0));
+        assert_eq!(
+            decode_record(&b, 8),
+            Err(Bad::Checksum),
+            "another log's record"
+        );
+        assert_eq!(decode_record(&b[..20], 7), Err(Bad::Short));
+        assert_eq!(decode_record(&[0u8; 40], 7), Err(Bad::End));
+        let mut flipped = b.clone();
+        flipped[5] ^= 1;
+        assert_eq!(
+            decode_record(&flipped, 7),
+            Err(Bad::Checksum),
+            "the header is covered"
+        );
+    }
+
+    #[test]
+    fn header_and_names() {
+        let h = SegmentHeader {
+            log_id: 9,
+            first_lsn: 42,
+        };
+        assert_eq!(SegmentHeader::decode(&h.encode()), Ok(h));
+        let mut b = h.encode();
+        b[25] ^= 1;
+        assert_eq!(SegmentHeader::decode(&b), Err(Bad::Checksum));
+        assert_eq!(parse_segment_name(&segment_name(42)), Some(42));
+        assert_eq!(parse_segment_name("42.wal"), None);
+    }
+}

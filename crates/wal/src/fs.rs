@@ -1,0 +1,93 @@
+//! All file I/O of the log (and of the snapshots built on it) goes through [`FileSystem`], so
+//! tests can swap the real disk for [`crate::fault::FaultyFs`], which fails chosen operations
+//! and forgets unsynced bytes on a simulated power loss.
+//!
+//! Non-goals: buffering or caching; each call maps to one system call on the real disk.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// One open file, read and written at explicit offsets.
+pub trait LogFile: Send + Sync {
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at the end).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// fdatasync: the bytes written so far survive a power loss once this returns Ok.
+    fn sync_data(&self) -> io::Result<()>;
+    fn size(&self) -> io::Result<u64>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// Directory operations plus opening files.
+pub trait FileSystem: Send + Sync {
+    /// Creates a new file (fails if it exists).
+    fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>>;
+    /// Opens an existing file for reading and writing.
+    fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>>;
+    /// The paths of the entries of `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// fsync of the directory: makes creations, renames and removals in it durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The real disk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+struct RealFile(File);
+
+impl LogFile for RealFile {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        FileExt::read_at(&self.0, buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+impl FileSystem for RealFs {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.path()))
+            .collect()
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+}

@@ -1,0 +1,405 @@
+//! Finding the end of a log on open, reading records back, and reporting on segments.
+//!
+//! Recovery cases, in one table (what `Log::open` does with each mode):
+//!
+//! | what the scan finds                                   | Strict | TolerateTornTail | Salvage |
+//! |-------------------------------------------------------|--------|------------------|---------|
+//! | zeros after the last record (preallocation)           | end    | end              | end     |
+//! | bad record in the newest segment, nothing valid after | error  | cut there        | cut     |
+//! | bad record with a valid later record after it         | error  | error            | cut     |
+//! | bad record in an older segment                        | error  | error            | cut, drop later segments |
+//! | newest segment without a header (crash while creating)| error  | drop the file    | drop    |
+//! | bad header elsewhere, LSN gap, another log's segment  | error  | error            | cut before it |
+//!
+//! "error" is `WalError::Corrupt` naming the file and offset; nothing is changed on disk.
+
+use std::path::{Path, PathBuf};
+
+use crate::format::{self, Bad, SegmentHeader, HEADER_LEN, RECORD_HEADER_LEN};
+use crate::fs::{FileSystem, LogFile};
+use crate::{Lsn, RecoveryMode, WalError};
+
+/// What recovery found: enough to continue appending.
+pub(crate) struct Found {
+    pub log_id: u64,
+    pub last_lsn: Lsn,
+    pub segments: Vec<(Lsn, PathBuf)>,
+    pub tail_path: PathBuf,
+    pub tail_end: u64,
+}
+
+/// How a segment scan ended.
+struct ScanEnd {
+    /// Offset just past the last good record.
+    end: u64,
+    /// LSN of the last good record (first_lsn - 1 if none).
+    last_lsn: Lsn,
+    /// Where and why the scan stopped early, if it did.
+    bad: Option<(u64, &'static str)>,
+}
+
+/// Bytes read from a segment at a time.
+const CHUNK: usize = 4 << 20;
+
+/// Scans the records of one segment from its header on, calling `on_record` for each good
+/// one until it returns `Ok(false)`.
+fn scan_segment<E>(
+    file: &dyn LogFile,
+    path: &Path,
+    log_id: u64,
+    first_lsn: Lsn,
+    mut on_record: impl FnMut(Lsn, &[u8]) -> Result<bool, E>,
+) -> Result<ScanEnd, E>
+where
+    E: From<WalError>,
+{
+    let io = |e| WalError::io(path, e);
+    let len = file.size().map_err(io)?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_start = HEADER_LEN as u64;
+    let mut pos = 0usize;
+    let mut expected = first_lsn;
+    loop {
+        let more = buf_start + (buf.len() as u64) < len;
+        let decoded = format::decode_record(&buf[pos..], log_id);
+        let need_more = match decoded {
+            Err(Bad::Short) => true,
+            Err(Bad::End) => buf.len() - pos < RECORD_HEADER_LEN,
+            _ => false,
+        };
+        if need_more && more {
+            buf.drain(..pos);
+            buf_start += pos as u64;
+            pos = 0;
+            let want = match format::decode_record(&buf, log_id) {
+                Err(Bad::Short) if buf.len() >= RECORD_HEADER_LEN => {
+                    let l = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
+                    (RECORD_HEADER_LEN + l).max(CHUNK)
+                }
+                _ => CHUNK,
+            };
+            let have = buf.len();
+            let to_read = want.min((len - buf_start) as usize - have).max(1);
+            buf.resize(have + to_read, 0);
+            let n = file
+                .read_at(buf_start + have as u64, &mut buf[have..])
+                .map_err(io)?;
+            buf.truncate(have + n);
+            if n == 0 {
+                return Ok(ScanEnd {
+                    end: buf_start,
+                    last_lsn: expected - 1,
+                    bad: Some((buf_start, "unexpected end of file")),
+                });
+            }
+            continue;
+        }
+        let at = buf_start + pos as u64;
+        match decoded {
+            Ok((lsn, payload, total)) => {
+                if lsn != expected {
+                    return Ok(ScanEnd {
+                        end: at,
+                        last_lsn: expected - 1,
+                        bad: Some((at, "record out of sequence")),
+                    });
+                }
+                if !on_record(lsn, &buf[pos + payload.start..pos + payload.end])? {
+                    return Ok(ScanEnd {
+                        end: at + total as u64,
+                        last_lsn: lsn,
+                        bad: None,
+                    });
+                }
+                expected += 1;
+                pos += total;
+            }
+            Err(Bad::End) => {
+                return Ok(ScanEnd {
+                    end: at,
+                    last_lsn: expected - 1,
+                    bad: None,
+                })
+            }
+            Err(Bad::Short) => {
+                return Ok(ScanEnd {
+                    end: at,
+                    last_lsn: expected - 1,
+                    bad: Some((at, "torn record")),
+                })
+            }
+            Err(Bad::Checksum) => {
+                return Ok(ScanEnd {
+                    end: at,
+                    last_lsn: expected - 1,
+                    bad: Some((at, "checksum mismatch")),
+                })
+            }
+        }
+    }
+}
+
+/// Whether any record with LSN > `after_lsn` decodes anywhere past `from` in the file.
+fn valid_record_after(
+    file: &dyn LogFile,
+    path: &Path,
+    log_id: u64,
+    from: u64,
+    after_lsn: Lsn,
+) -> Result<bool, WalError> {
+    let len = file.size().map_err(|e| WalError::io(path, e))?;
+    if from + 1 >= len {
+        return Ok(false);
+    }
+    let mut rest = vec![0u8; (len - from - 1) as usize];
+    let n = file
+        .read_at(from + 1, &mut rest)
+        .map_err(|e| WalError::io(path, e))?;
+    rest.truncate(n);
+    Ok((0..rest.len()).any(
+        |p| matches!(format::decode_record(&rest[p..], log_id), Ok((lsn, _, _)) if lsn > after_lsn),
+    ))
+}
+
+/// Overwrites `[from, file end)` with zeros and syncs, so a cut tail cannot come back.
+fn zero_from(file: &dyn LogFile, path: &Path, from: u64) -> Result<(), WalError> {
+    let io = |e| WalError::io(path, e);
+    let len = file.size().map_err(io)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < len {
+        let n = zeros.len().min((len - at) as usize);
+        file.write_at(at, &zeros[..n]).map_err(io)?;
+        at += n as u64;
+    }
+    file.sync_data().map_err(io)
+}
+
+/// The segment files of `dir`, by first LSN.
+fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>, WalError> {
+    let mut segs: Vec<(Lsn, PathBuf)> = fs
+        .list(dir)
+        .map_err(|e| WalError::io(dir, e))?
+        .into_iter()
+        .filter_map(|p| {
+            let lsn = format::parse_segment_name(p.file_name()?.to_str()?)?;
+            Some((lsn, p))
+        })
+        .collect();
+    segs.sort();
+    Ok(segs)
+}
+
+fn corrupt(path: &Path, offset: u64, why: &'static str) -> WalError {
+    WalError::Corrupt {
+        path: path.display().to_string(),
+        offset,
+        why,
+    }
+}
+
+fn read_header(file: &dyn LogFile, path: &Path) -> Result<Result<SegmentHeader, Bad>, WalError> {
+    let mut b = [0u8; HEADER_LEN];
+    let n = file.read_at(0, &mut b).map_err(|e| WalError::io(path, e))?;
+    if n < HEADER_LEN || b.iter().all(|&x| x == 0) {
+        return Ok(Err(Bad::End));
+    }
+    Ok(SegmentHeader::decode(&b))
+}
+
+/// Removes the segments from index `from` on (Salvage, or an unfinished newest segment).
+fn drop_segments(fs: &dyn FileSystem, dir: &Path, segs: &[(Lsn, PathBuf)]) -> Result<(), WalError> {
+    for (_, p) in segs {
+        fs.remove(p).map_err(|e| WalError::io(p, e))?;
+    }
+    fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))
+}
+
+/// Finds the end of the log in `dir` (None if there is no segment yet).
+pub(crate) fn recover(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    mode: RecoveryMode,
+) -> Result<Option<Found>, WalError> {
+    let mut segs = list_segments(fs, dir)?;
+    let mut log_id = None;
+    let mut expected: Option<Lsn> = None;
+    let mut i = 0;
+    while i < segs.len() {
+        let (first, path) = segs[i].clone();
+        let is_last = i + 1 == segs.len();
+        let file = fs.open(&path).map_err(|e| WalError::io(&path, e))?;
+        let header = read_header(file.as_ref(), &path)?;
+        let problem = match header {
+            Err(Bad::End) if is_last && mode != RecoveryMode::Strict => {
+                // Crashed while creating the newest segment: it never held a record.
+                drop_segments(fs, dir, &segs[i..])?;
+                segs.truncate(i);
+                break;
+            }
+            Err(_) => Some("bad segment header"),
+            Ok(h) if h.first_lsn != first => Some("segment header does not match its file name"),
+            Ok(h) if log_id.is_some_and(|id| id != h.log_id) => {
+                Some("segment belongs to another log")
+            }
+            Ok(_) if expected.is_some_and(|e| e != first) => {
+                Some("gap in the log's sequence numbers")
+            }
+            Ok(_) => None,
+        };
+        if let Some(why) = problem {
+            if mode == RecoveryMode::Salvage && i > 0 {
+                drop_segments(fs, dir, &segs[i..])?;
+                segs.truncate(i);
+                break;
+            }
+            return Err(corrupt(&path, 0, why));
+        }
+        let h = header.expect("checked above");
+        log_id = Some(h.log_id);
+        let end = scan_segment::<WalError>(file.as_ref(), &path, h.log_id, first, |_, _| Ok(true))?;
+        expected = Some(end.last_lsn + 1);
+        if let Some((offset, why)) = end.bad {
+            let torn_tail = is_last
+                && mode == RecoveryMode::TolerateTornTail
+                && !valid_record_after(file.as_ref(), &path, h.log_id, offset, end.last_lsn)?;
+            if mode == RecoveryMode::Salvage || torn_tail {
+                zero_from(file.as_ref(), &path, offset)?;
+                drop_segments(fs, dir, &segs[i + 1..])?;
+                segs.truncate(i + 1);
+                break;
+            }
+            return Err(corrupt(&path, offset, why));
+        }
+        i += 1;
+    }
+    let Some(log_id) = log_id else {
+        // Only headerless files: an empty log that crashed while being created.
+        if !segs.is_empty() {
+            if mode == RecoveryMode::Strict {
+                return Err(corrupt(&segs[0].1, 0, "bad segment header"));
+            }
+            drop_segments(fs, dir, &segs)?;
+        }
+        return Ok(None);
+    };
+    let (tail_first, tail_path) = segs.last().cloned().expect("at least one segment");
+    let file = fs
+        .open(&tail_path)
+        .map_err(|e| WalError::io(&tail_path, e))?;
+    let end = scan_segment::<WalError>(file.as_ref(), &tail_path, log_id, tail_first, |_, _| {
+        Ok(true)
+    })?;
+    Ok(Some(Found {
+        log_id,
+        last_lsn: end.last_lsn,
+        segments: segs,
+        tail_path,
+        tail_end: end.end,
+    }))
+}
+
+/// Calls `f` for each record with `from <= LSN <= upto`, in order, from the given segments.
+pub fn read_records<E: From<WalError>>(
+    fs: &dyn FileSystem,
+    segments: &[(Lsn, PathBuf)],
+    log_id: u64,
+    from: Lsn,
+    upto: Lsn,
+    mut f: impl FnMut(Lsn, &[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    for (i, (first, path)) in segments.iter().enumerate() {
+        if *first > upto {
+            break;
+        }
+        if segments.get(i + 1).is_some_and(|(next, _)| *next <= from) {
+            continue;
+        }
+        let file = fs.open(path).map_err(|e| WalError::io(path, e))?;
+        let end = scan_segment::<E>(file.as_ref(), path, log_id, *first, |lsn, payload| {
+            if lsn > upto {
+                return Ok(false);
+            }
+            if lsn >= from {
+                f(lsn, payload)?;
+            }
+            Ok(true)
+        })?;
+        if let Some((offset, why)) = end.bad {
+            if end.last_lsn < upto {
+                return Err(corrupt(path, offset, why).into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One segment as the inspector reports it.
+#[derive(Debug)]
+pub struct SegmentReport {
+    pub path: PathBuf,
+    pub first_lsn: Lsn,
+    pub log_id: Option<u64>,
+    pub records: u64,
+    pub payload_bytes: u64,
+    pub last_lsn: Lsn,
+    pub end_offset: u64,
+    /// Offset and reason of the first problem, if any.
+    pub problem: Option<(u64, &'static str)>,
+}
+
+/// Every segment of `dir`, with `on_record` called for each good record.
+pub struct DirScan {
+    pub segments: Vec<SegmentReport>,
+}
+
+/// Reads every segment of `dir` without changing anything (for `cairn-wal-inspect`).
+pub fn scan_dir(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    mut on_record: impl FnMut(&Path, Lsn, &[u8]),
+) -> Result<DirScan, WalError> {
+    let mut out = Vec::new();
+    for (first, path) in list_segments(fs, dir)? {
+        let file = fs.open(&path).map_err(|e| WalError::io(&path, e))?;
+        let header = read_header(file.as_ref(), &path)?;
+        let mut report = SegmentReport {
+            path: path.clone(),
+            first_lsn: first,
+            log_id: None,
+            records: 0,
+            payload_bytes: 0,
+            last_lsn: first - 1,
+            end_offset: 0,
+            problem: None,
+        };
+        match header {
+            Ok(h) if h.first_lsn == first => {
+                report.log_id = Some(h.log_id);
+                let mut records = 0u64;
+                let mut bytes = 0u64;
+                let end = scan_segment::<WalError>(
+                    file.as_ref(),
+                    &path,
+                    h.log_id,
+                    first,
+                    |lsn, payload| {
+                        records += 1;
+                        bytes += payload.len() as u64;
+                        on_record(&path, lsn, payload);
+                        Ok(true)
+                    },
+                )?;
+                report.records = records;
+                report.payload_bytes = bytes;
+                report.last_lsn = end.last_lsn;
+                report.end_offset = end.end;
+                report.problem = end.bad;
+            }
+            Ok(_) => report.problem = Some((0, "segment header does not match its file name")),
+            Err(_) => report.problem = Some((0, "bad segment header")),
+        }
+        out.push(report);
+    }
+    Ok(DirScan { segments: out })
+}

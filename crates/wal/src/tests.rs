@@ -1,0 +1,337 @@
+//! Log tests: round trips, group commit from many threads, recovery from cut and flipped
+//! files, and injected faults followed by a power loss.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::fault::{FaultyFs, Op};
+
+fn opts(durability: Durability) -> LogOptions {
+    LogOptions {
+        durability,
+        segment_bytes: 64 << 10,
+        ..LogOptions::default()
+    }
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from("/log")
+}
+
+fn all(log: &Log) -> Vec<(Lsn, Vec<u8>)> {
+    let mut out = Vec::new();
+    log.read_from::<WalError>(1, |lsn, p| {
+        out.push((lsn, p.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("record-{i}-")
+        .repeat((i % 7) as usize + 1)
+        .into_bytes()
+}
+
+#[test]
+fn sync_round_trip_on_the_real_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    {
+        let log = Log::open(Arc::clone(&fs), tmp.path(), opts(Durability::Sync)).unwrap();
+        for i in 1..=2000 {
+            assert_eq!(log.append(&payload(i)).unwrap(), i);
+        }
+        assert_eq!(log.durable_lsn(), 2000);
+        assert!(log.stats().segments > 1, "rolled over");
+    }
+    let log = Log::open(fs, tmp.path(), opts(Durability::Sync)).unwrap();
+    let got = all(&log);
+    assert_eq!(got.len(), 2000);
+    assert!(got.iter().all(|(lsn, p)| *p == payload(*lsn)));
+    assert_eq!(log.append(b"next").unwrap(), 2001, "LSNs continue");
+}
+
+#[test]
+fn async_flushes_by_itself_and_on_close() {
+    let fs = FaultyFs::new();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
+    let lsn = log.append(b"a").unwrap();
+    // The flusher makes it durable without anyone asking (poll for the condition).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while log.durable_lsn() < lsn {
+        assert!(Instant::now() < deadline, "never flushed");
+        std::thread::yield_now();
+    }
+    log.append(b"b").unwrap();
+    log.close().unwrap();
+    fs.power_loss();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
+    assert_eq!(all(&log).len(), 2);
+}
+
+#[test]
+fn async_power_loss_keeps_what_was_fenced() {
+    let fs = FaultyFs::new();
+    let log = Log::open(
+        Arc::new(fs.clone()),
+        &dir(),
+        LogOptions {
+            flush_interval: Duration::from_secs(3600),
+            ..opts(Durability::Async)
+        },
+    )
+    .unwrap();
+    for i in 1..=100 {
+        log.append(&payload(i)).unwrap();
+    }
+    log.wait_durable(60).unwrap();
+    let acked_after_fence = log.append(&payload(101)).unwrap();
+    assert_eq!(acked_after_fence, 101);
+    fs.power_loss();
+    std::mem::forget(log); // the process died: no close
+    let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
+    let got = all(&log);
+    assert!(got.len() >= 100, "fenced records lost: {}", got.len());
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, (lsn, p))| *lsn == i as u64 + 1 && *p == payload(*lsn)));
+}
+
+#[test]
+fn many_threads_get_unique_gap_free_durable_lsns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    let log = Arc::new(Log::open(Arc::clone(&fs), tmp.path(), opts(Durability::Sync)).unwrap());
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                (0..200u64)
+                    .map(|i| {
+                        let body = format!("t{t}-{i}").into_bytes();
+                        let lsn = log.append(&body).unwrap();
+                        assert!(log.durable_lsn() >= lsn, "acknowledged before durable");
+                        (lsn, body)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut acked: Vec<(Lsn, Vec<u8>)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    acked.sort();
+    assert!(
+        acked
+            .iter()
+            .enumerate()
+            .all(|(i, (lsn, _))| *lsn == i as u64 + 1),
+        "unique and gap-free"
+    );
+    let stats = log.stats();
+    drop(log);
+    let log = Log::open(fs, tmp.path(), opts(Durability::Sync)).unwrap();
+    assert_eq!(all(&log), acked);
+    assert!(stats.fsync_count > 0);
+}
+
+#[test]
+fn truncate_before_drops_whole_old_segments_only() {
+    let fs = FaultyFs::new();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
+    for i in 1..=3000 {
+        log.append(&payload(i)).unwrap();
+    }
+    let before = log.stats().segments;
+    let removed = log.truncate_before(1500).unwrap();
+    assert!(removed > 0 && log.stats().segments == before - removed);
+    let mut first = None;
+    log.read_from::<WalError>(1500, |lsn, _| {
+        first.get_or_insert(lsn);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(first, Some(1500), "records from the cut on are kept");
+    drop(log);
+    let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Sync)).unwrap();
+    assert_eq!(log.appended_lsn(), 3000);
+    assert!(log.truncate_before(u64::MAX).unwrap() > 0);
+    assert_eq!(log.stats().segments, 1, "the newest segment stays");
+}
+
+#[test]
+fn failed_fdatasync_poisons_and_loses_nothing_acknowledged() {
+    let fs = FaultyFs::new();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
+    for i in 1..=10 {
+        log.append(&payload(i)).unwrap();
+    }
+    fs.fail_after(Op::Sync, 0, libc::EIO);
+    let err = log.append(&payload(11)).unwrap_err();
+    assert!(matches!(err, WalError::Poisoned { .. }), "{err:?}");
+    assert!(
+        matches!(log.append(b"more"), Err(WalError::Poisoned { .. })),
+        "never retried"
+    );
+    assert!(log.stats().poisoned.is_some());
+    fs.power_loss();
+    std::mem::forget(log);
+    let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Sync)).unwrap();
+    let got = all(&log);
+    assert!(got.len() >= 10 && got[..10].iter().all(|(l, p)| *p == payload(*l)));
+}
+
+#[test]
+fn enospc_and_failed_directory_sync_are_clean_errors() {
+    for (op, errno) in [
+        (None, libc::ENOSPC),
+        (Some(Op::SyncDir), libc::EIO),
+        (Some(Op::Write), libc::EIO),
+    ] {
+        let fs = FaultyFs::new();
+        let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
+        match op {
+            None => fs.set_space_left(Some(0)),
+            Some(op) => fs.fail_after(op, 0, errno),
+        }
+        let mut acked = 0;
+        let err = loop {
+            match log.append(&payload(acked + 1)) {
+                Ok(_) => acked += 1,
+                Err(e) => break e,
+            }
+            assert!(acked < 10_000, "{op:?} never failed");
+        };
+        if op.is_none() {
+            assert!(err.to_string().contains("no space"), "{err}");
+        }
+        fs.power_loss();
+        std::mem::forget(log);
+        let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Sync)).unwrap();
+        let got = all(&log);
+        assert!(got.len() as u64 >= acked, "{op:?}: {} < {acked}", got.len());
+    }
+}
+
+#[test]
+fn corruption_in_the_middle_is_reported_not_cut() {
+    let fs = FaultyFs::new();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
+    for i in 1..=50 {
+        log.append(&payload(i)).unwrap();
+    }
+    drop(log);
+    let seg = dir().join(format::segment_name(1));
+    fs.corrupt(&seg, |b| b[format::HEADER_LEN + 100] ^= 0x10);
+    let err = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, WalError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string().contains("00000000000000000001.wal"),
+        "{err}"
+    );
+    let strict = LogOptions {
+        recovery: RecoveryMode::Strict,
+        ..opts(Durability::Sync)
+    };
+    assert!(Log::open(Arc::new(fs.clone()), &dir(), strict).is_err());
+    let salvage = LogOptions {
+        recovery: RecoveryMode::Salvage,
+        ..opts(Durability::Sync)
+    };
+    let log = Log::open(Arc::new(fs), &dir(), salvage).unwrap();
+    let got = all(&log);
+    assert!(
+        got.len() < 50 && got.iter().all(|(l, p)| *p == payload(*l)),
+        "a valid prefix"
+    );
+}
+
+/// Cuts the newest segment at `cut` bytes: what a crash mid-write leaves.
+fn cut_at(fs: &FaultyFs, seg: &Path, cut: usize, garbage: bool) {
+    fs.corrupt(seg, |b| {
+        for (i, x) in b.iter_mut().enumerate().skip(cut) {
+            *x = if garbage {
+                (i as u8).wrapping_mul(31) | 1
+            } else {
+                0
+            };
+        }
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random records and sync points, then the file is cut at a random offset (zeros or
+    /// garbage after it): recovery gives exactly a prefix holding every record that ended
+    /// before the cut.
+    #[test]
+    fn recovery_after_a_cut_is_a_prefix(
+        sizes in proptest::collection::vec(0usize..300, 1..60),
+        cut_fraction in 0.0f64..1.0,
+        garbage in any::<bool>(),
+    ) {
+        let fs = FaultyFs::new();
+        let big = LogOptions { segment_bytes: 1 << 20, ..opts(Durability::Sync) };
+        let log = Log::open(Arc::new(fs.clone()), &dir(), big.clone()).unwrap();
+        let mut ends = Vec::new();
+        let mut offset = format::HEADER_LEN;
+        for (i, size) in sizes.iter().enumerate() {
+            // Never zero, so a zeroed-out payload cannot pass for the original.
+            let body = vec![i as u8 + 1; *size];
+            log.append(&body).unwrap();
+            offset += format::RECORD_HEADER_LEN + size;
+            ends.push(offset);
+        }
+        drop(log);
+        let cut = format::HEADER_LEN + ((offset - format::HEADER_LEN) as f64 * cut_fraction) as usize;
+        let seg = dir().join(format::segment_name(1));
+        cut_at(&fs, &seg, cut, garbage);
+        let log = Log::open(Arc::new(fs.clone()), &dir(), big).unwrap();
+        let got = all(&log);
+        let whole = ends.iter().filter(|&&e| e <= cut).count();
+        prop_assert_eq!(got.len(), whole);
+        for (lsn, body) in &got {
+            prop_assert_eq!(body, &vec![*lsn as u8; sizes[(*lsn - 1) as usize]]);
+        }
+        // The log goes on from there.
+        prop_assert_eq!(log.append(b"after").unwrap(), whole as u64 + 1);
+    }
+
+    /// Power loss at a random point of a run with random sync points: every record that a
+    /// sync covered survives, and what survives is a prefix.
+    #[test]
+    fn power_loss_keeps_every_synced_record(
+        ops in proptest::collection::vec((0usize..200, any::<bool>()), 1..80),
+    ) {
+        let fs = FaultyFs::new();
+        let log = Log::open(Arc::new(fs.clone()), &dir(), LogOptions {
+            flush_interval: Duration::from_secs(3600),
+            ..opts(Durability::Async)
+        }).unwrap();
+        let mut synced = 0;
+        for (i, (size, sync)) in ops.iter().enumerate() {
+            log.append(&vec![i as u8; *size]).unwrap();
+            if *sync {
+                log.sync().unwrap();
+                synced = i + 1;
+            }
+        }
+        fs.power_loss();
+        std::mem::forget(log);
+        let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
+        let got = all(&log);
+        prop_assert!(got.len() >= synced);
+        for (lsn, body) in &got {
+            prop_assert_eq!(body, &vec![(*lsn - 1) as u8; ops[(*lsn - 1) as usize].0]);
+        }
+    }
+}
