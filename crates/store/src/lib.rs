@@ -270,6 +270,38 @@ impl Store {
         self.shards.len()
     }
 
+    /// Calls `f` with every live item of shard `index` (0..shard_count), under that shard's
+    /// lock: the unit of a fuzzy snapshot, which copies one shard at a time.
+    pub fn visit_shard(
+        &self,
+        index: usize,
+        now: UnixSecs,
+        mut f: impl FnMut(&[u8], &[u8], &ItemMeta),
+    ) {
+        let shard = self.shards[index].lock();
+        for &slot in &shard.fifo {
+            let seg = shard.seg(slot);
+            for at in seg.offsets() {
+                let h = seg.header(at);
+                if h.state & DEAD != 0 || (h.exptime != 0 && h.exptime <= now) {
+                    continue;
+                }
+                f(seg.key(&h), seg.value(&h), &meta_of(&h, seg.created));
+            }
+        }
+    }
+
+    /// Makes every CAS unique assigned from now on larger than `cas` (after recovery, so a
+    /// restarted server never hands out a unique a client already holds).
+    pub fn raise_cas_floor(&self, cas: u64) {
+        self.cas.fetch_max(cas, Ordering::Relaxed);
+    }
+
+    /// The last CAS unique handed out.
+    pub fn cas_floor(&self) -> u64 {
+        self.cas.load(Ordering::Relaxed)
+    }
+
     fn next_cas(&self) -> u64 {
         self.cas.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -386,7 +418,13 @@ impl Entry<'_> {
             Alloc::At(loc) => loc,
             Alloc::NoRoom => return Err(StoreError::OutOfMemory),
         };
-        let cas = cas.unwrap_or_else(|| store.next_cas());
+        let cas = match cas {
+            Some(c) => {
+                store.raise_cas_floor(c);
+                c
+            }
+            None => store.next_cas(),
+        };
         let offset = self
             .shard
             .seg_mut(loc.slot)

@@ -323,3 +323,40 @@ proptest! {
         prop_assert_eq!(actual, expected);
     }
 }
+
+#[test]
+fn visit_shard_sees_every_live_item_once() {
+    let s = store(64);
+    for i in 0..1000u32 {
+        set(
+            &s,
+            format!("k{i}").as_bytes(),
+            b"v",
+            0,
+            if i % 10 == 0 { 150 } else { 0 },
+        );
+    }
+    set(&s, b"k1", b"newer", 0, 0);
+    let mut seen = Vec::new();
+    for i in 0..s.shard_count() {
+        s.visit_shard(i, 200, |k, v, _| seen.push((k.to_vec(), v.to_vec())));
+    }
+    seen.sort();
+    assert_eq!(
+        seen.len(),
+        900,
+        "expired and overwritten copies are skipped"
+    );
+    assert!(seen.contains(&(b"k1".to_vec(), b"newer".to_vec())));
+}
+
+#[test]
+fn explicit_cas_raises_the_floor() {
+    let s = store(64);
+    s.entry(b"a", 1, |e| e.store(&[b"x"], 0, 0, Some(1000)))
+        .unwrap();
+    let m = set(&s, b"b", b"y", 0, 0);
+    assert!(m.cas > 1000);
+    s.raise_cas_floor(5000);
+    assert!(set(&s, b"c", b"z", 0, 0).cas > 5000);
+}

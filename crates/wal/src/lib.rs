@@ -354,6 +354,18 @@ impl Log {
         }
     }
 
+    /// Asks the syncer to make `lsn` durable as soon as it can, without blocking (a fence for
+    /// a caller that learns of durability through [`Log::on_durable`]).
+    pub fn request_durable(&self, lsn: Lsn) {
+        if self.durable_lsn() >= lsn {
+            return;
+        }
+        let mut st = self.shared.state.lock();
+        st.waiting_for = st.waiting_for.max(lsn);
+        drop(st);
+        self.shared.work_cv.notify_one();
+    }
+
     /// Makes everything appended so far durable.
     pub fn sync(&self) -> Result<(), WalError> {
         let last = self.shared.state.lock().next_lsn - 1;

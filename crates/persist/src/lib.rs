@@ -1,0 +1,701 @@
+//! cairn-persist: command logging, checkpoints and recovery, gluing cairn-store and cairn-wal.
+//!
+//! ```text
+//!   Store mutation (under the shard lock) ──LogSink──> record::encode ──> Log::append_nowait
+//!        └─ the LSN is left in a thread-local; the connection waits for it (sync) or not (async)
+//!
+//!   checkpoint:  L0 = appended LSN ─> copy shard by shard ─> snapshot-L0.snap.tmp (throttled)
+//!                ─> trailer + fdatasync ─> rename ─> fsync dir ─> MANIFEST.tmp ─> fdatasync
+//!                ─> rename MANIFEST ─> fsync dir ─> drop log segments older than the previous
+//!                snapshot, and snapshots older than the previous one
+//!
+//!   recovery:    MANIFEST ─> newest valid snapshot (else the previous one) ─> open the log
+//!                ─> replay records with LSN > snapshot LSN ─> raise the CAS floor
+//! ```
+//!
+//! Why a fuzzy snapshot plus replay gives the exact state: L0 is read before the first shard
+//! is copied. A mutation whose record has LSN <= L0 was applied to memory before L0 was read
+//! (the store changes and the LSN is assigned in one critical section), so its result or a later
+//! one is in the snapshot. Every later mutation has a record with LSN > L0, and records hold
+//! resulting states, so replaying them in order over the snapshot ends with each key's last
+//! state. Evictions and expiry are not logged: an evicted item may come back after a restart
+//! (it was never deleted by a client) and an expired one stays expired; a deleted or
+//! overwritten value never comes back, because its delete or overwrite is a later record.
+
+pub mod record;
+pub mod snapshot;
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cairn_store::{Mutation, MutationSink, Store, StoreConfig};
+use cairn_wal::{Durability, FileSystem, Log, LogOptions, Lsn, WalError};
+use parking_lot::Mutex;
+
+/// How writes are acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Pure cache: nothing is logged; a restart starts empty.
+    Off,
+    /// Acknowledged at once; the log is fdatasync'd at least every `async_flush_ms`. A power
+    /// loss loses at most the writes of that last interval.
+    Async,
+    /// Acknowledged only after the fdatasync covering the write returned. A power loss loses
+    /// nothing acknowledged.
+    Sync,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Async => "async",
+            Mode::Sync => "sync",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "off" => Some(Mode::Off),
+            "async" => Some(Mode::Async),
+            "sync" => Some(Mode::Sync),
+            _ => None,
+        }
+    }
+}
+
+/// Errors of persistence.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error("I/O error on {path}: {message}")]
+    Io { path: String, message: String },
+    #[error("corrupt file {path} at offset {offset}: {why}")]
+    Corrupt {
+        path: String,
+        offset: u64,
+        why: &'static str,
+    },
+    #[error(transparent)]
+    Log(#[from] WalError),
+    #[error("cannot recover: {0}")]
+    Unrecoverable(String),
+    #[error("a checkpoint is already running")]
+    Busy,
+}
+
+impl PersistError {
+    pub(crate) fn io(path: &Path, e: std::io::Error) -> PersistError {
+        PersistError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Persistence settings (ARCUS's names where it has them).
+#[derive(Clone)]
+pub struct PersistConfig {
+    pub mode: Mode,
+    /// Where snapshots and the manifest live (ARCUS `data_path`).
+    pub data_path: PathBuf,
+    /// Where the command log lives (ARCUS `logs_path`; may be another disk).
+    pub logs_path: PathBuf,
+    /// Async mode: the longest time a write stays only in memory.
+    pub async_flush_ms: u64,
+    /// Checkpoint when the log is at least this % of the snapshot size (ARCUS
+    /// `chkpt_interval_pct_snapshot`)...
+    pub chkpt_interval_pct_snapshot: u64,
+    /// ...and at least this many MiB (ARCUS `chkpt_interval_min_logsize`).
+    pub chkpt_interval_min_logsize_mb: u64,
+    /// Snapshot write rate limit in MiB/s (0 = unlimited), so serving keeps its speed.
+    pub checkpoint_rate_mb_s: u64,
+    /// Size of a log segment file.
+    pub segment_bytes: u64,
+    /// The file system (the real disk, or a fault-injecting one in tests).
+    pub fs: Arc<dyn FileSystem>,
+}
+
+thread_local! {
+    /// The highest LSN this thread appended since the last `take_pending_lsn`.
+    static PENDING_LSN: Cell<Lsn> = const { Cell::new(0) };
+}
+
+/// Returns and clears the highest LSN appended by mutations on this thread. A connection
+/// calls it after each request: the request's writes are durable once that LSN is.
+pub fn take_pending_lsn() -> Lsn {
+    PENDING_LSN.with(|c| c.replace(0))
+}
+
+/// The mutation hook: turns every client-visible change into a log record.
+struct LogSink {
+    log: Arc<Log>,
+    /// Off during recovery (replayed changes are already in the log).
+    recording: AtomicBool,
+    /// The first append error; further writes are refused.
+    failed: Mutex<Option<String>>,
+}
+
+thread_local! {
+    static RECORD_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl MutationSink for LogSink {
+    fn on_mutation(&self, m: &Mutation<'_>) {
+        if !self.recording.load(Ordering::Relaxed) {
+            return;
+        }
+        RECORD_BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            record::encode(&mut buf, m);
+            match self.log.append_nowait(&buf) {
+                Ok(lsn) => PENDING_LSN.with(|c| c.set(c.get().max(lsn))),
+                Err(e) => {
+                    let mut failed = self.failed.lock();
+                    if failed.is_none() {
+                        tracing::error!("command log append failed, refusing writes: {e}");
+                        *failed = Some(e.to_string());
+                    }
+                    // Make the connection wait on an LSN that will never be durable, so it
+                    // answers with an error instead of acknowledging.
+                    PENDING_LSN.with(|c| c.set(Lsn::MAX));
+                }
+            }
+        });
+    }
+}
+
+/// Figures shown by `stats persistence`.
+#[derive(Default, Clone, Debug)]
+pub struct PersistStats {
+    pub checkpoints_done: u64,
+    pub checkpoints_failed: u64,
+    pub last_checkpoint_start_unix: u64,
+    pub last_checkpoint_duration_ms: u64,
+    pub last_checkpoint_status: String,
+    pub last_checkpoint_items: u64,
+    pub snapshot_bytes: u64,
+    pub snapshot_lsn: Lsn,
+    pub recovery_ms: u64,
+    pub recovered_items: u64,
+    pub recovered_log_records: u64,
+}
+
+/// The running persistence layer.
+pub struct Persistence {
+    config: PersistConfig,
+    log: Arc<Log>,
+    sink: Arc<LogSink>,
+    store: Arc<Store>,
+    /// Sync or Async (switchable at run time).
+    mode: AtomicU8,
+    stats: Mutex<PersistStats>,
+    /// Held while a checkpoint runs.
+    checkpoint_running: Mutex<()>,
+    /// Log bytes written when the last checkpoint started (for the ARCUS trigger).
+    log_bytes_at_checkpoint: AtomicU64,
+    /// ARCUS trigger settings, changeable at run time.
+    pct_snapshot: AtomicU64,
+    min_logsize_mb: AtomicU64,
+}
+
+fn now_unix() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
+const MANIFEST: &str = "MANIFEST";
+
+/// Writes the manifest naming the current snapshot: temp file, fdatasync, rename, fsync dir.
+fn write_manifest(fs: &dyn FileSystem, dir: &Path, snapshot_lsn: Lsn) -> Result<(), PersistError> {
+    let body = format!("cairn-manifest 1\nsnapshot_lsn {snapshot_lsn}\n");
+    let text = format!("{body}crc {}\n", crc32c::crc32c(body.as_bytes()));
+    let tmp = dir.join("MANIFEST.tmp");
+    let _ = fs.remove(&tmp);
+    let f = fs.create(&tmp).map_err(|e| PersistError::io(&tmp, e))?;
+    f.write_at(0, text.as_bytes())
+        .map_err(|e| PersistError::io(&tmp, e))?;
+    f.sync_data().map_err(|e| PersistError::io(&tmp, e))?;
+    let path = dir.join(MANIFEST);
+    fs.rename(&tmp, &path)
+        .map_err(|e| PersistError::io(&path, e))?;
+    fs.sync_dir(dir).map_err(|e| PersistError::io(dir, e))
+}
+
+/// Reads the manifest: Ok(None) if there is none yet.
+fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Lsn>, PersistError> {
+    let path = dir.join(MANIFEST);
+    let f = match fs.open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(PersistError::io(&path, e)),
+    };
+    let size = f.size().map_err(|e| PersistError::io(&path, e))? as usize;
+    let mut buf = vec![0u8; size.min(4096)];
+    let n = f
+        .read_at(0, &mut buf)
+        .map_err(|e| PersistError::io(&path, e))?;
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let bad = || PersistError::Corrupt {
+        path: path.display().to_string(),
+        offset: 0,
+        why: "unreadable manifest",
+    };
+    let (body, crc_line) = text.rsplit_once("crc ").ok_or_else(bad)?;
+    if crc_line.trim().parse::<u32>().ok() != Some(crc32c::crc32c(body.as_bytes()))
+        || !body.starts_with("cairn-manifest 1\n")
+    {
+        return Err(bad());
+    }
+    let lsn = body
+        .lines()
+        .find_map(|l| l.strip_prefix("snapshot_lsn "))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(bad)?;
+    Ok(Some(lsn))
+}
+
+/// Snapshot LSNs present in `dir`, newest first.
+fn list_snapshots(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<Lsn>, PersistError> {
+    let mut v: Vec<Lsn> = fs
+        .list(dir)
+        .map_err(|e| PersistError::io(dir, e))?
+        .iter()
+        .filter_map(|p| snapshot::parse_file_name(p.file_name()?.to_str()?))
+        .collect();
+    v.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(v)
+}
+
+impl Persistence {
+    /// Recovers the store from disk (snapshot + log) and starts logging. `mode` must not be
+    /// `Off` (then the caller builds a plain store).
+    pub fn open(
+        config: PersistConfig,
+        store_config: StoreConfig,
+    ) -> Result<Persistence, PersistError> {
+        assert_ne!(config.mode, Mode::Off, "no persistence layer in off mode");
+        let started = Instant::now();
+        let fs = Arc::clone(&config.fs);
+        fs.create_dir_all(&config.data_path)
+            .map_err(|e| PersistError::io(&config.data_path, e))?;
+        let log = Arc::new(Log::open(
+            Arc::clone(&fs),
+            &config.logs_path,
+            LogOptions {
+                durability: Durability::Async,
+                flush_interval: Duration::from_millis(config.async_flush_ms.max(1)),
+                segment_bytes: config.segment_bytes,
+                max_record_bytes: store_config.item_size_max_bytes + 1024,
+                ..LogOptions::default()
+            },
+        )?);
+        let sink = Arc::new(LogSink {
+            log: Arc::clone(&log),
+            recording: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let store = Arc::new(Store::new(
+            store_config,
+            Some(sink.clone() as Arc<dyn MutationSink>),
+        ));
+        let mut stats = PersistStats::default();
+
+        // 1. The newest loadable snapshot, starting from the one the manifest names.
+        let manifest = read_manifest(fs.as_ref(), &config.data_path)?;
+        let mut snapshot_lsn = 0;
+        if let Some(named) = manifest {
+            let candidates: Vec<Lsn> = list_snapshots(fs.as_ref(), &config.data_path)?
+                .into_iter()
+                .filter(|&l| l <= named)
+                .collect();
+            if named > 0 && candidates.is_empty() {
+                return Err(PersistError::Unrecoverable(format!(
+                    "the manifest names snapshot {} but it is missing",
+                    snapshot::file_name(named)
+                )));
+            }
+            let mut loaded = None;
+            for lsn in candidates {
+                let path = config.data_path.join(snapshot::file_name(lsn));
+                tracing::info!("loading snapshot {}", path.display());
+                let now = now_unix();
+                let mut count = 0u64;
+                let result = snapshot::load(fs.as_ref(), &path, |it| {
+                    if it.exptime == 0 || it.exptime > now {
+                        let _ = store.entry(it.key, now, |e| {
+                            let r = e.store(&[it.value], it.flags, it.exptime, Some(it.cas));
+                            if it.stale {
+                                e.update_meta(|m| m.stale = true);
+                            }
+                            r
+                        });
+                        count += 1;
+                        if count.is_multiple_of(1_000_000) {
+                            tracing::info!("recovery: {count} items loaded from the snapshot");
+                        }
+                    }
+                });
+                match result {
+                    Ok((l, _)) => {
+                        loaded = Some(l);
+                        stats.recovered_items = count;
+                        stats.snapshot_bytes = fs.open(&path).and_then(|f| f.size()).unwrap_or(0);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            "snapshot {} is unusable ({e}); trying the previous one",
+                            path.display()
+                        );
+                        store.flush_all();
+                    }
+                }
+            }
+            snapshot_lsn = match loaded {
+                Some(l) => l,
+                None if named == 0 => 0,
+                None => {
+                    return Err(PersistError::Unrecoverable(
+                        "no snapshot could be loaded (see the errors above)".into(),
+                    ))
+                }
+            };
+        }
+
+        // 2. Replay the log after the snapshot. The log must reach back to it.
+        let mut first_seen = None;
+        let mut replayed = 0u64;
+        let now = now_unix();
+        log.read_from::<PersistError>(snapshot_lsn + 1, |lsn, payload| {
+            first_seen.get_or_insert(lsn);
+            let rec = record::decode(payload).ok_or_else(|| {
+                PersistError::Unrecoverable(format!("log record {lsn} does not decode"))
+            })?;
+            match rec {
+                record::Record::Stored {
+                    key,
+                    value,
+                    flags,
+                    exptime,
+                    cas,
+                    stale,
+                } => {
+                    let _ = store.entry(key, now, |e| {
+                        let r = e.store(&[value], flags, exptime, Some(cas));
+                        if stale {
+                            e.update_meta(|m| m.stale = true);
+                        }
+                        r
+                    });
+                }
+                record::Record::Deleted { key } => {
+                    store.entry(key, now, |e| e.delete());
+                }
+                record::Record::Flushed => store.flush_all(),
+            }
+            replayed += 1;
+            if replayed.is_multiple_of(1_000_000) {
+                tracing::info!("recovery: {replayed} log records replayed");
+            }
+            Ok(())
+        })?;
+        if let Some(first) = first_seen {
+            if first != snapshot_lsn + 1 {
+                return Err(PersistError::Unrecoverable(format!(
+                    "the log starts at record {first} but the snapshot needs it from {}",
+                    snapshot_lsn + 1
+                )));
+            }
+        } else if log.appended_lsn() > snapshot_lsn {
+            return Err(PersistError::Unrecoverable(format!(
+                "the log holds records up to {} but none after the snapshot at {snapshot_lsn} could be read",
+                log.appended_lsn()
+            )));
+        }
+        stats.recovered_log_records = replayed;
+        stats.snapshot_lsn = snapshot_lsn;
+        stats.recovery_ms = started.elapsed().as_millis() as u64;
+        let live = store.stats().curr_items;
+        tracing::info!(
+            "recovery done in {} ms: snapshot at {snapshot_lsn} ({} items), {replayed} log records, {live} live items",
+            stats.recovery_ms,
+            stats.recovered_items
+        );
+        stats.recovered_items = live;
+        sink.recording.store(true, Ordering::SeqCst);
+        let bytes_now = log.stats().bytes_written;
+        Ok(Persistence {
+            mode: AtomicU8::new(config.mode as u8),
+            pct_snapshot: AtomicU64::new(config.chkpt_interval_pct_snapshot),
+            min_logsize_mb: AtomicU64::new(config.chkpt_interval_min_logsize_mb),
+            config,
+            log,
+            sink,
+            store,
+            stats: Mutex::new(stats),
+            checkpoint_running: Mutex::new(()),
+            log_bytes_at_checkpoint: AtomicU64::new(bytes_now),
+        })
+    }
+
+    /// The recovered store, with logging switched on.
+    pub fn store(&self) -> Arc<Store> {
+        Arc::clone(&self.store)
+    }
+
+    pub fn mode(&self) -> Mode {
+        match self.mode.load(Ordering::Relaxed) {
+            x if x == Mode::Sync as u8 => Mode::Sync,
+            _ => Mode::Async,
+        }
+    }
+
+    /// Switches between sync and async acknowledgement (off needs a restart).
+    pub fn set_mode(&self, mode: Mode) -> Result<(), &'static str> {
+        if mode == Mode::Off {
+            return Err("persistence cannot be switched off while running");
+        }
+        self.mode.store(mode as u8, Ordering::Relaxed);
+        tracing::info!("persistence mode is now {}", mode.name());
+        Ok(())
+    }
+
+    /// The highest durable LSN.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.log.durable_lsn()
+    }
+
+    /// Why writes are refused, if they are.
+    pub fn write_refusal(&self) -> Option<String> {
+        if let Some(e) = self.sink.failed.lock().clone() {
+            return Some(e);
+        }
+        self.log.poisoned().map(|e| e.to_string())
+    }
+
+    /// Asks the log to make `lsn` durable soon (a fence), without blocking.
+    pub fn request_durable(&self, lsn: Lsn) {
+        if lsn != Lsn::MAX {
+            self.log.request_durable(lsn);
+        }
+    }
+
+    /// Blocks until everything logged so far is durable.
+    pub fn sync(&self) -> Result<(), PersistError> {
+        Ok(self.log.sync()?)
+    }
+
+    /// Registers a callback for every durable batch (the server feeds its waiters from it).
+    pub fn on_durable(&self, f: cairn_wal::DurableListener) {
+        self.log.on_durable(f);
+    }
+
+    pub fn set_chkpt_interval_pct_snapshot(&self, v: u64) {
+        self.pct_snapshot.store(v, Ordering::Relaxed);
+    }
+
+    pub fn set_chkpt_interval_min_logsize_mb(&self, v: u64) {
+        self.min_logsize_mb.store(v, Ordering::Relaxed);
+    }
+
+    /// The ARCUS rule: log >= min size AND log >= snapshot size x pct / 100.
+    pub fn checkpoint_due(&self) -> bool {
+        let log_bytes =
+            self.log.stats().bytes_written - self.log_bytes_at_checkpoint.load(Ordering::Relaxed);
+        let snap = self.stats.lock().snapshot_bytes;
+        log_bytes >= self.min_logsize_mb.load(Ordering::Relaxed) << 20
+            && log_bytes as u128 * 100
+                >= snap as u128 * self.pct_snapshot.load(Ordering::Relaxed) as u128
+    }
+
+    /// Takes a checkpoint now (blocking; runs while the server keeps serving).
+    pub fn checkpoint(&self) -> Result<(u64, u64), PersistError> {
+        let Some(_running) = self.checkpoint_running.try_lock() else {
+            return Err(PersistError::Busy);
+        };
+        let started = Instant::now();
+        let start_unix = now_unix() as u64;
+        let result = self.checkpoint_inner();
+        let mut st = self.stats.lock();
+        st.last_checkpoint_start_unix = start_unix;
+        st.last_checkpoint_duration_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok((items, bytes)) => {
+                st.checkpoints_done += 1;
+                st.last_checkpoint_status = "success".into();
+                st.last_checkpoint_items = *items;
+                st.snapshot_bytes = *bytes;
+                tracing::info!(
+                    "checkpoint done: {items} items, {bytes} bytes in {} ms",
+                    st.last_checkpoint_duration_ms
+                );
+            }
+            Err(e) => {
+                st.checkpoints_failed += 1;
+                st.last_checkpoint_status = format!("failed: {e}");
+                tracing::error!("checkpoint failed: {e}");
+            }
+        }
+        result
+    }
+
+    fn checkpoint_inner(&self) -> Result<(u64, u64), PersistError> {
+        let fs = self.config.fs.as_ref();
+        let dir = &self.config.data_path;
+        let bytes_at_start = self.log.stats().bytes_written;
+        // L0: every mutation with a record <= L0 is in memory already (see the module doc).
+        let l0 = self.log.appended_lsn();
+        let tmp = dir.join(format!("{}.tmp", snapshot::file_name(l0)));
+        let _ = fs.remove(&tmp);
+        let mut writer =
+            snapshot::Writer::create(fs, &tmp, l0, self.config.checkpoint_rate_mb_s << 20)?;
+        let now = now_unix();
+        let mut buf = Vec::new();
+        for shard in 0..self.store.shard_count() {
+            buf.clear();
+            let mut items = 0u64;
+            self.store.visit_shard(shard, now, |key, value, meta| {
+                snapshot::encode_item(
+                    &mut buf,
+                    &snapshot::SnapItem {
+                        key,
+                        value,
+                        flags: meta.flags,
+                        exptime: meta.exptime,
+                        cas: meta.cas,
+                        stale: meta.stale,
+                    },
+                );
+                items += 1;
+            });
+            writer.add_encoded(&buf, items)?;
+        }
+        let (items, bytes) = writer.finish()?;
+        // Records up to L0 must be durable before the snapshot becomes current: otherwise a
+        // crash could leave a log that restarts numbering below L0, behind the snapshot.
+        self.log.wait_durable(l0)?;
+        let path = dir.join(snapshot::file_name(l0));
+        fs.rename(&tmp, &path)
+            .map_err(|e| PersistError::io(&path, e))?;
+        fs.sync_dir(dir).map_err(|e| PersistError::io(dir, e))?;
+        // The snapshot is durable: only now does the manifest point at it.
+        write_manifest(fs, dir, l0)?;
+        self.log_bytes_at_checkpoint
+            .store(bytes_at_start, Ordering::Relaxed);
+        let previous = self.stats.lock().snapshot_lsn;
+        self.stats.lock().snapshot_lsn = l0;
+        // Keep the previous snapshot (a fallback) and the log back to it; drop what is older.
+        self.log.truncate_before(previous + 1)?;
+        for old in list_snapshots(fs, dir)? {
+            if old < previous {
+                let p = dir.join(snapshot::file_name(old));
+                fs.remove(&p).map_err(|e| PersistError::io(&p, e))?;
+            }
+        }
+        fs.sync_dir(dir).map_err(|e| PersistError::io(dir, e))?;
+        Ok((items, bytes))
+    }
+
+    /// `stats persistence` lines: (name, value).
+    pub fn stats(&self) -> Vec<(&'static str, String)> {
+        let l = self.log.stats();
+        let s = self.stats.lock().clone();
+        let mode = self.mode();
+        vec![
+            ("use_persistence", "on".into()),
+            ("mode", mode.name().into()),
+            (
+                "async_logging",
+                if mode == Mode::Async { "on" } else { "off" }.into(),
+            ),
+            (
+                "loss_window_ms",
+                if mode == Mode::Async {
+                    self.config.async_flush_ms
+                } else {
+                    0
+                }
+                .to_string(),
+            ),
+            ("data_path", self.config.data_path.display().to_string()),
+            ("logs_path", self.config.logs_path.display().to_string()),
+            (
+                "chkpt_interval_pct_snapshot",
+                self.pct_snapshot.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "chkpt_interval_min_logsize",
+                self.min_logsize_mb.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "checkpoint_rate_mb_s",
+                self.config.checkpoint_rate_mb_s.to_string(),
+            ),
+            ("log_segments", l.segments.to_string()),
+            ("log_file_bytes", l.log_bytes.to_string()),
+            (
+                "log_bytes_since_checkpoint",
+                (l.bytes_written - self.log_bytes_at_checkpoint.load(Ordering::Relaxed))
+                    .to_string(),
+            ),
+            ("log_appended_lsn", l.appended_lsn.to_string()),
+            ("log_durable_lsn", l.durable_lsn.to_string()),
+            ("log_pending_bytes", l.pending_bytes.to_string()),
+            ("fdatasync_count", l.fsync_count.to_string()),
+            (
+                "fdatasync_latency_us_p50",
+                l.fsync_latency_us_p50.to_string(),
+            ),
+            (
+                "fdatasync_latency_us_p99",
+                l.fsync_latency_us_p99.to_string(),
+            ),
+            ("snapshot_lsn", s.snapshot_lsn.to_string()),
+            ("snapshot_bytes", s.snapshot_bytes.to_string()),
+            ("checkpoints_done", s.checkpoints_done.to_string()),
+            ("checkpoints_failed", s.checkpoints_failed.to_string()),
+            (
+                "last_checkpoint_start",
+                s.last_checkpoint_start_unix.to_string(),
+            ),
+            (
+                "last_checkpoint_duration_ms",
+                s.last_checkpoint_duration_ms.to_string(),
+            ),
+            (
+                "last_checkpoint_status",
+                if s.last_checkpoint_status.is_empty() {
+                    "none".into()
+                } else {
+                    s.last_checkpoint_status.replace(' ', "_")
+                },
+            ),
+            ("last_checkpoint_items", s.last_checkpoint_items.to_string()),
+            ("recovery_ms", s.recovery_ms.to_string()),
+            ("recovered_items", s.recovered_items.to_string()),
+            ("recovered_log_records", s.recovered_log_records.to_string()),
+            (
+                "writes_refused",
+                if self.write_refusal().is_some() {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .into(),
+            ),
+        ]
+    }
+
+    /// Makes everything logged durable and stops the log (graceful shutdown).
+    pub fn close(&self) -> Result<(), PersistError> {
+        self.log.close()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,298 @@
+//! Snapshot files: every live item at one log position, in checksummed blocks with a trailer.
+//!
+//! ```text
+//! "snapshot-<lsn, 20 digits>.snap"; integers little-endian
+//!   header, 32 bytes: magic "CAIRNSNP" | version u32 = 1 | reserved u32 | lsn u64 |
+//!                     header_crc u32 (CRC32C of bytes 0..24) | reserved u32
+//!   blocks:           len u32 (1..) | crc u32 (CRC32C of the block bytes) | block bytes
+//!     block bytes = items back to back:
+//!       klen u8 | key | flags u32 | exptime u32 | cas u64 | state u8 (bit 0 stale) |
+//!       vlen u32 | value
+//!   trailer, 32 bytes: 0xFFFFFFFF | magic "CAIRNEND" | items u64 | blocks u64 |
+//!                      crc u32 (CRC32C of the 28 trailer bytes before it)
+//! ```
+//!
+//! `lsn` is the log position the snapshot is consistent with: replaying every log record with
+//! a larger LSN over it gives the exact state (see docs/ARCHITECTURE.md for the argument).
+//! A file without a valid trailer is incomplete and is never loaded.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cairn_wal::{FileSystem, LogFile};
+
+use crate::PersistError;
+
+pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
+pub const END_MAGIC: &[u8; 8] = b"CAIRNEND";
+pub const VERSION: u32 = 1;
+const HEADER_LEN: usize = 32;
+const TRAILER_LEN: usize = 32;
+/// A block is written once it holds this many bytes.
+const BLOCK_TARGET: usize = 1 << 20;
+
+pub fn file_name(lsn: u64) -> String {
+    format!("snapshot-{lsn:020}.snap")
+}
+
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("snapshot-")?.strip_suffix(".snap")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// One item as the snapshot stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapItem<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub exptime: u32,
+    pub cas: u64,
+    pub stale: bool,
+}
+
+/// Appends an item's bytes to a block.
+pub fn encode_item(out: &mut Vec<u8>, it: &SnapItem<'_>) {
+    out.push(u8::try_from(it.key.len()).expect("keys are at most 250 bytes"));
+    out.extend_from_slice(it.key);
+    out.extend_from_slice(&it.flags.to_le_bytes());
+    out.extend_from_slice(&it.exptime.to_le_bytes());
+    out.extend_from_slice(&it.cas.to_le_bytes());
+    out.push(u8::from(it.stale));
+    out.extend_from_slice(
+        &u32::try_from(it.value.len())
+            .expect("items are under 4 GiB")
+            .to_le_bytes(),
+    );
+    out.extend_from_slice(it.value);
+}
+
+/// Writes a snapshot: header, blocks, trailer; throttled to `rate_bytes_per_s` (0 = no limit).
+pub struct Writer {
+    file: Box<dyn LogFile>,
+    path: PathBuf,
+    offset: u64,
+    block: Vec<u8>,
+    items: u64,
+    blocks: u64,
+    rate_bytes_per_s: u64,
+    started: Instant,
+}
+
+impl Writer {
+    pub fn create(
+        fs: &dyn FileSystem,
+        path: &Path,
+        lsn: u64,
+        rate_bytes_per_s: u64,
+    ) -> Result<Writer, PersistError> {
+        let file = fs.create(path).map_err(|e| PersistError::io(path, e))?;
+        let mut h = [0u8; HEADER_LEN];
+        h[0..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[16..24].copy_from_slice(&lsn.to_le_bytes());
+        let crc = crc32c::crc32c(&h[0..24]);
+        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        file.write_at(0, &h)
+            .map_err(|e| PersistError::io(path, e))?;
+        Ok(Writer {
+            file,
+            path: path.to_path_buf(),
+            offset: HEADER_LEN as u64,
+            block: Vec::with_capacity(BLOCK_TARGET + 4096),
+            items: 0,
+            blocks: 0,
+            rate_bytes_per_s,
+            started: Instant::now(),
+        })
+    }
+
+    /// Adds already-encoded item bytes (whole items, see [`encode_item`]).
+    pub fn add_encoded(&mut self, bytes: &[u8], items: u64) -> Result<(), PersistError> {
+        self.block.extend_from_slice(bytes);
+        self.items += items;
+        if self.block.len() >= BLOCK_TARGET {
+            self.flush_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> Result<(), PersistError> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let mut head = [0u8; 8];
+        head[0..4].copy_from_slice(
+            &u32::try_from(self.block.len())
+                .expect("block under 4 GiB")
+                .to_le_bytes(),
+        );
+        head[4..8].copy_from_slice(&crc32c::crc32c(&self.block).to_le_bytes());
+        let io = |e| PersistError::io(&self.path, e);
+        self.file.write_at(self.offset, &head).map_err(io)?;
+        self.file
+            .write_at(self.offset + 8, &self.block)
+            .map_err(io)?;
+        self.offset += 8 + self.block.len() as u64;
+        self.blocks += 1;
+        self.block.clear();
+        self.throttle();
+        Ok(())
+    }
+
+    /// Sleeps as long as the writer is ahead of its rate.
+    fn throttle(&self) {
+        if self.rate_bytes_per_s == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.offset as f64 / self.rate_bytes_per_s as f64);
+        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    }
+
+    /// Writes the trailer and fdatasyncs. Returns (items, bytes).
+    pub fn finish(mut self) -> Result<(u64, u64), PersistError> {
+        self.flush_block()?;
+        let mut t = [0u8; TRAILER_LEN];
+        t[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        t[4..12].copy_from_slice(END_MAGIC);
+        t[12..20].copy_from_slice(&self.items.to_le_bytes());
+        t[20..28].copy_from_slice(&self.blocks.to_le_bytes());
+        let crc = crc32c::crc32c(&t[0..28]);
+        t[28..32].copy_from_slice(&crc.to_le_bytes());
+        let io = |e| PersistError::io(&self.path, e);
+        self.file.write_at(self.offset, &t).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        Ok((self.items, self.offset + TRAILER_LEN as u64))
+    }
+}
+
+fn bad(path: &Path, offset: u64, why: &'static str) -> PersistError {
+    PersistError::Corrupt {
+        path: path.display().to_string(),
+        offset,
+        why,
+    }
+}
+
+fn read_exact(
+    file: &dyn LogFile,
+    path: &Path,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<(), PersistError> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file
+            .read_at(offset + done as u64, &mut buf[done..])
+            .map_err(|e| PersistError::io(path, e))?;
+        if n == 0 {
+            return Err(bad(path, offset + done as u64, "unexpected end of file"));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Reads and checks a whole snapshot, calling `f` for each item (only after its block's
+/// checksum passed). Returns (lsn, items). Any damage is an error naming the offset.
+pub fn load(
+    fs: &dyn FileSystem,
+    path: &Path,
+    mut f: impl FnMut(SnapItem<'_>),
+) -> Result<(u64, u64), PersistError> {
+    let file = fs.open(path).map_err(|e| PersistError::io(path, e))?;
+    let size = file.size().map_err(|e| PersistError::io(path, e))?;
+    if size < (HEADER_LEN + TRAILER_LEN) as u64 {
+        return Err(bad(path, 0, "too short for a snapshot"));
+    }
+    let mut h = [0u8; HEADER_LEN];
+    read_exact(file.as_ref(), path, 0, &mut h)?;
+    let crc = u32::from_le_bytes(h[24..28].try_into().expect("4 bytes"));
+    if &h[0..8] != MAGIC
+        || u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) != VERSION
+        || crc != crc32c::crc32c(&h[0..24])
+    {
+        return Err(bad(path, 0, "bad snapshot header"));
+    }
+    let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+    // Check the trailer first: an incomplete file is rejected before anything is loaded.
+    let mut t = [0u8; TRAILER_LEN];
+    let trailer_at = size - TRAILER_LEN as u64;
+    read_exact(file.as_ref(), path, trailer_at, &mut t)?;
+    let tcrc = u32::from_le_bytes(t[28..32].try_into().expect("4 bytes"));
+    if t[0..4] != u32::MAX.to_le_bytes()
+        || &t[4..12] != END_MAGIC
+        || tcrc != crc32c::crc32c(&t[0..28])
+    {
+        return Err(bad(
+            path,
+            trailer_at,
+            "missing or bad trailer (incomplete snapshot)",
+        ));
+    }
+    let want_items = u64::from_le_bytes(t[12..20].try_into().expect("8 bytes"));
+    let want_blocks = u64::from_le_bytes(t[20..28].try_into().expect("8 bytes"));
+    let mut offset = HEADER_LEN as u64;
+    let mut items = 0u64;
+    let mut blocks = 0u64;
+    let mut block = Vec::new();
+    while offset < trailer_at {
+        let mut head = [0u8; 8];
+        read_exact(file.as_ref(), path, offset, &mut head)?;
+        let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as u64;
+        let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+        if len == 0 || offset + 8 + len > trailer_at {
+            return Err(bad(path, offset, "bad block length"));
+        }
+        block.resize(len as usize, 0);
+        read_exact(file.as_ref(), path, offset + 8, &mut block)?;
+        if crc32c::crc32c(&block) != crc {
+            return Err(bad(path, offset, "block checksum mismatch"));
+        }
+        let mut p = 0usize;
+        while p < block.len() {
+            let item = decode_item(&block[p..])
+                .ok_or_else(|| bad(path, offset + 8 + p as u64, "bad item in block"))?;
+            p += 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
+            f(item);
+            items += 1;
+        }
+        offset += 8 + len;
+        blocks += 1;
+    }
+    if items != want_items || blocks != want_blocks {
+        return Err(bad(
+            path,
+            trailer_at,
+            "trailer counts do not match the blocks",
+        ));
+    }
+    Ok((lsn, items))
+}
+
+fn decode_item(b: &[u8]) -> Option<SnapItem<'_>> {
+    let klen = *b.first()? as usize;
+    let fixed = 1 + klen + 4 + 4 + 8 + 1 + 4;
+    if klen == 0 || b.len() < fixed {
+        return None;
+    }
+    let key = &b[1..1 + klen];
+    let r = &b[1 + klen..];
+    let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
+    let vlen = u32_at(17) as usize;
+    if b.len() < fixed + vlen {
+        return None;
+    }
+    Some(SnapItem {
+        key,
+        flags: u32_at(0),
+        exptime: u32_at(4),
+        cas: u64::from_le_bytes(r[8..16].try_into().expect("8 bytes")),
+        stale: r[16] & 1 != 0,
+        value: &b[fixed..fixed + vlen],
+    })
+}
