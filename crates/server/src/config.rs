@@ -40,6 +40,29 @@ pub struct Config {
     /// Bytes of responses buffered per connection before the server stops reading from it
     /// (backpressure for clients that do not read).
     pub output_buffer_max: usize,
+    /// Persistence mode: "sync" (acknowledge after fdatasync), "async" (fdatasync at least
+    /// every `async_flush_ms`) or "off" (pure cache).
+    pub persistence: String,
+    /// Folder for everything persistent; `data_path` and `logs_path` default to it.
+    pub data_dir: PathBuf,
+    /// ARCUS: false is the same as `persistence = "off"`.
+    pub use_persistence: Option<bool>,
+    /// ARCUS: where snapshots go (default: `data_dir`).
+    pub data_path: Option<PathBuf>,
+    /// ARCUS: where the command log goes, possibly another disk (default: `data_dir/log`).
+    pub logs_path: Option<PathBuf>,
+    /// ARCUS: true is the same as `persistence = "async"`.
+    pub async_logging: Option<bool>,
+    /// Async mode: the longest time an acknowledged write stays only in memory (ms).
+    pub async_flush_ms: u64,
+    /// ARCUS: checkpoint when the log reaches this % of the snapshot size...
+    pub chkpt_interval_pct_snapshot: u64,
+    /// ARCUS: ...and at least this many MiB.
+    pub chkpt_interval_min_logsize: u64,
+    /// Snapshot write rate limit in MiB/s (0 = unlimited), to keep serving at full speed.
+    pub checkpoint_rate_mb_s: u64,
+    /// Size of one command log segment file in MiB.
+    pub log_segment_mb: u64,
 }
 
 impl Default for Config {
@@ -56,6 +79,17 @@ impl Default for Config {
             metrics_addr: None,
             max_keys_per_get: 1024,
             output_buffer_max: 256 << 10,
+            persistence: "sync".to_string(),
+            data_dir: PathBuf::from("cairn-data"),
+            use_persistence: None,
+            data_path: None,
+            logs_path: None,
+            async_logging: None,
+            async_flush_ms: 100,
+            chkpt_interval_pct_snapshot: 100,
+            chkpt_interval_min_logsize: 256,
+            checkpoint_rate_mb_s: 64,
+            log_segment_mb: 64,
         }
     }
 }
@@ -98,6 +132,12 @@ pub struct Flags {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9150).
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Persistence mode: sync (default), async or off.
+    #[arg(long)]
+    pub persistence: Option<String>,
+    /// Folder for snapshots and the command log (default: ./cairn-data).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// Why the server refuses to start.
@@ -174,6 +214,18 @@ impl Config {
         if let Some(v) = flags.metrics_addr {
             c.metrics_addr = Some(v);
         }
+        // ARCUS's switches map onto the mode; the explicit flag wins over both.
+        if c.use_persistence == Some(false) {
+            c.persistence = "off".into();
+        } else if let Some(a) = c.async_logging {
+            c.persistence = if a { "async" } else { "sync" }.into();
+        }
+        if let Some(v) = &flags.persistence {
+            c.persistence = v.clone();
+        }
+        if let Some(v) = &flags.data_dir {
+            c.data_dir = v.clone();
+        }
         c.validate()?;
         Ok(c)
     }
@@ -186,8 +238,8 @@ impl Config {
                 why: why.to_string(),
             })
         };
-        if self.max_connections == 0 {
-            return invalid("max_connections", "must be at least 1");
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return invalid("max_connections", "must be between 1 and 1000000");
         }
         if self.memory_limit_mb == 0 {
             return invalid("memory_limit_mb", "must be at least 1");
@@ -207,7 +259,41 @@ impl Config {
         if self.listen.parse::<std::net::IpAddr>().is_err() {
             return invalid("listen", "must be an IP address");
         }
+        if cairn_persist::Mode::parse(&self.persistence).is_none() {
+            return invalid("persistence", "must be sync, async or off");
+        }
+        if self.async_flush_ms == 0 || self.async_flush_ms > 60_000 {
+            return invalid("async_flush_ms", "must be between 1 and 60000");
+        }
+        if self.log_segment_mb == 0 || self.log_segment_mb > 4096 {
+            return invalid("log_segment_mb", "must be between 1 and 4096");
+        }
+        if (self.log_segment_mb << 20) < self.item_size_max as u64 * 2 {
+            return invalid(
+                "log_segment_mb",
+                "must hold at least two items of item_size_max",
+            );
+        }
         Ok(())
+    }
+
+    /// The persistence mode (validated).
+    pub fn mode(&self) -> cairn_persist::Mode {
+        cairn_persist::Mode::parse(&self.persistence).unwrap_or(cairn_persist::Mode::Sync)
+    }
+
+    /// Where snapshots and the manifest go.
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.data_path
+            .clone()
+            .unwrap_or_else(|| self.data_dir.clone())
+    }
+
+    /// Where the command log goes.
+    pub fn log_dir(&self) -> PathBuf {
+        self.logs_path
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("log"))
     }
 
     /// The runtime's worker count.
@@ -237,6 +323,39 @@ mod tests {
     }
 
     #[test]
+    fn arcus_keys_pick_the_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |text: &str, extra: &[&str]| {
+            std::fs::write(&path, text).unwrap();
+            let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
+            args.extend_from_slice(extra);
+            Config::load(&Flags::parse_from(args)).unwrap().persistence
+        };
+        assert_eq!(load("", &[]), "sync");
+        assert_eq!(load("use_persistence = false\n", &[]), "off");
+        assert_eq!(
+            load("use_persistence = true\nasync_logging = true\n", &[]),
+            "async"
+        );
+        assert_eq!(
+            load("async_logging = true\n", &["--persistence", "sync"]),
+            "sync"
+        );
+        std::fs::write(&path, "logs_path = \"/x/log\"\n").unwrap();
+        let c = Config::load(&Flags::parse_from([
+            "cairn",
+            "--config",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.log_dir(), c.snapshot_dir()),
+            (PathBuf::from("/x/log"), PathBuf::from("cairn-data"))
+        );
+    }
+
+    #[test]
     fn flags_override_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
@@ -251,6 +370,9 @@ mod tests {
         let flags = Flags::parse_from(["cairn", "-c", "0"]);
         let err = Config::load(&flags).unwrap_err().to_string();
         assert!(err.contains("max_connections"), "{err}");
+        let flags = Flags::parse_from(["cairn", "--persistence", "sometimes"]);
+        let err = Config::load(&flags).unwrap_err().to_string();
+        assert!(err.contains("persistence"), "{err}");
         assert_eq!(parse_size("2m"), Ok(2 << 20));
     }
 }

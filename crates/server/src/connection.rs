@@ -2,18 +2,28 @@
 //!
 //! ```text
 //!   socket ──read──> input ──parse──> request ──cmd::execute──> output ──write──> socket
-//!                     ^  keeps a partial request          (flushed when over the limit,
-//!                     └─ until the rest arrives             and before the next read)
+//!                     ^  keeps a partial request                   ^
+//!                     └─ until the rest arrives      sync mode: wait here until the log's
+//!                                                    durable LSN covers this connection's writes
 //! ```
+//!
+//! Durability: every mutation leaves its log LSN behind (`cairn_persist::take_pending_lsn`).
+//! In sync mode no reply byte leaves before the fdatasync covering the connection's writes
+//! returned, so a reply to a later request (or to a `noreply` write's successor) is never sent
+//! ahead of durability; other connections keep being served meanwhile, and all of them share
+//! the log's next fdatasync (group commit). In async mode replies go at once, and `mn` is a
+//! fence: its `MN` is sent only once every earlier write of the connection is durable.
 //!
 //! Backpressure: the connection reads again only after its output is written, and flushes in
 //! the middle of a batch (between keys of a multi-get too) once the output passes
 //! `output_buffer_max`. A client that does not read its replies therefore stops being read
 //! from, and the server holds at most one batch of input plus `output_buffer_max` for it.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cairn_proto::{parse, Request};
+use cairn_persist::Mode;
+use cairn_proto::{parse, MetaCmd, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -25,29 +35,48 @@ use crate::Ctx;
 /// Input buffer size to start with; it grows up to one full request.
 const READ_CHUNK: usize = 16 << 10;
 
+/// Per-connection state carried across batches.
+struct Conn {
+    stream: TcpStream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    /// Bytes of a refused data block still to be skipped.
+    swallow: usize,
+    /// Highest log LSN written by this connection and not yet known durable (0 = none).
+    pending_lsn: u64,
+}
+
+/// Why a connection stops.
+enum Stop {
+    Closed,
+}
+
 /// Serves one connection until the client closes, sends `quit`, or shutdown is signalled.
-pub async fn serve(ctx: Arc<Ctx>, mut stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(ctx: Arc<Ctx>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
-    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut output: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    // Bytes of a refused data block still to be skipped.
-    let mut swallow = 0usize;
+    let mut c = Conn {
+        stream,
+        input: Vec::with_capacity(READ_CHUNK),
+        output: Vec::with_capacity(READ_CHUNK),
+        swallow: 0,
+        pending_lsn: 0,
+    };
     loop {
-        let flow = answer_batch(&ctx, &mut stream, &mut input, &mut output, &mut swallow).await;
-        if !output.is_empty() && write(&ctx, &mut stream, &mut output).await.is_err() {
+        let flow = match answer_batch(&ctx, &mut c).await {
+            Ok(flow) => flow,
+            Err(Stop::Closed) => return,
+        };
+        if !c.output.is_empty() && flush(&ctx, &mut c).await.is_err() {
             return;
         }
-        if flow != Some(Flow::Continue) {
+        if flow != Flow::Continue || *shutdown.borrow() {
             return;
         }
-        if *shutdown.borrow() {
-            return;
-        }
-        if input.capacity() - input.len() < READ_CHUNK / 4 {
-            input.reserve(READ_CHUNK);
+        if c.input.capacity() - c.input.len() < READ_CHUNK / 4 {
+            c.input.reserve(READ_CHUNK);
         }
         tokio::select! {
-            read = stream.read_buf(&mut input) => match read {
+            read = c.stream.read_buf(&mut c.input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => add(&ctx.counters.bytes_read, n as u64),
             },
@@ -56,71 +85,142 @@ pub async fn serve(ctx: Arc<Ctx>, mut stream: TcpStream, mut shutdown: watch::Re
     }
 }
 
-async fn write(ctx: &Ctx, stream: &mut TcpStream, output: &mut Vec<u8>) -> std::io::Result<()> {
-    stream.write_all(output).await?;
-    add(&ctx.counters.bytes_written, output.len() as u64);
-    output.clear();
+/// Waits until `lsn` is durable; false if it never will be (the log failed).
+async fn wait_durable(ctx: &Ctx, lsn: u64) -> bool {
+    if lsn == u64::MAX {
+        return false;
+    }
+    let mut rx = ctx.durable.clone();
+    if *rx.borrow() >= lsn {
+        return true;
+    }
+    if let Some(p) = &ctx.persist {
+        p.request_durable(lsn);
+    }
+    let refused = Arc::clone(&ctx.writes_refused);
+    let _ = rx
+        .wait_for(|d| *d >= lsn || refused.load(Ordering::SeqCst))
+        .await;
+    let durable = *rx.borrow() >= lsn;
+    durable
+}
+
+/// Writes the output; in sync mode (or after a failed append) it first waits until this
+/// connection's writes are durable. If they cannot be, the replies are replaced by an error
+/// and the connection ends: nothing is acknowledged that is not on disk.
+async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
+    if c.pending_lsn == u64::MAX || (c.pending_lsn > 0 && ctx.mode() == Mode::Sync) {
+        if !wait_durable(ctx, c.pending_lsn).await {
+            c.output.clear();
+            c.output.extend_from_slice(
+                b"SERVER_ERROR persistence failure: the write could not be made durable\r\n",
+            );
+            let _ = c.stream.write_all(&c.output).await;
+            return Err(Stop::Closed);
+        }
+        c.pending_lsn = 0;
+    }
+    write(ctx, c).await
+}
+
+async fn write(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
+    c.stream
+        .write_all(&c.output)
+        .await
+        .map_err(|_| Stop::Closed)?;
+    add(&ctx.counters.bytes_written, c.output.len() as u64);
+    c.output.clear();
     Ok(())
 }
 
-/// Answers every complete request in `input`. Returns `Some(Flow::Continue)` to keep going,
-/// `Some(Flow::Close)` after `quit` or a fatal protocol error, `None` if the socket failed.
-async fn answer_batch(
-    ctx: &Arc<Ctx>,
-    stream: &mut TcpStream,
-    input: &mut Vec<u8>,
-    output: &mut Vec<u8>,
-    swallow: &mut usize,
-) -> Option<Flow> {
+/// Notes the log position of the request just executed.
+fn note_writes(c: &mut Conn) {
+    let lsn = cairn_persist::take_pending_lsn();
+    c.pending_lsn = c.pending_lsn.max(lsn);
+}
+
+/// Answers every complete request in the input.
+async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
     let mut start = 0;
+    // Clear whatever an earlier task on this thread left behind.
+    cairn_persist::take_pending_lsn();
     let flow = loop {
-        if *swallow > 0 {
-            let n = (*swallow).min(input.len() - start);
+        if c.swallow > 0 {
+            let n = c.swallow.min(c.input.len() - start);
             start += n;
-            *swallow -= n;
-            if *swallow > 0 {
+            c.swallow -= n;
+            if c.swallow > 0 {
                 break Flow::Continue;
             }
         }
-        match parse(&input[start..], &ctx.limits) {
+        match parse(&c.input[start..], &ctx.limits) {
             Ok(None) => break Flow::Continue,
             Ok(Some((request, used))) => {
                 start += used;
-                if let Request::Get {
-                    kind,
-                    exptime,
-                    keys,
-                } = request
-                {
-                    let now = crate::now_unix();
-                    for key in &keys {
-                        cmd::get::one(ctx, kind, exptime, now, key, output);
-                        if output.len() >= ctx.config.output_buffer_max {
-                            write(ctx, stream, output).await.ok()?;
+                if cmd::is_write(&request) {
+                    if let Some(why) = ctx.write_refusal() {
+                        c.output.extend_from_slice(b"SERVER_ERROR writes refused: ");
+                        c.output
+                            .extend_from_slice(why.replace(['\r', '\n'], " ").as_bytes());
+                        c.output.extend_from_slice(b"\r\n");
+                        continue;
+                    }
+                }
+                match request {
+                    Request::Get {
+                        kind,
+                        exptime,
+                        keys,
+                    } => {
+                        let now = crate::now_unix();
+                        for key in &keys {
+                            cmd::get::one(ctx, kind, exptime, now, key, &mut c.output);
+                            note_writes(c);
+                            if c.output.len() >= ctx.config.output_buffer_max {
+                                flush(ctx, c).await?;
+                            }
+                        }
+                        cmd::get::end(&mut c.output);
+                    }
+                    Request::Meta(m) if m.cmd == MetaCmd::Noop && c.pending_lsn > 0 => {
+                        // The durability fence: MN only once this connection's writes are on disk.
+                        flush(ctx, c).await?;
+                        if c.pending_lsn > 0 && !wait_durable(ctx, c.pending_lsn).await {
+                            c.output.extend_from_slice(
+                                b"SERVER_ERROR persistence failure: the write could not be made durable\r\n",
+                            );
+                            break Flow::Close;
+                        }
+                        c.pending_lsn = 0;
+                        c.output.extend_from_slice(b"MN\r\n");
+                    }
+                    Request::Admin { words } => cmd::admin::run(ctx, &words, &mut c.output).await,
+                    request => {
+                        let flow = cmd::execute(ctx, request, &mut c.output);
+                        note_writes(c);
+                        if flow == Flow::Close {
+                            break Flow::Close;
                         }
                     }
-                    cmd::get::end(output);
-                } else if cmd::execute(ctx, request, output) == Flow::Close {
-                    break Flow::Close;
                 }
             }
             Err(e) => {
                 bump(&ctx.counters.protocol_errors);
                 if !e.silent {
-                    output.extend_from_slice(e.reply_line().as_bytes());
-                    output.extend_from_slice(b"\r\n");
+                    c.output.extend_from_slice(e.reply_line().as_bytes());
+                    c.output.extend_from_slice(b"\r\n");
                 }
                 start += e.consumed;
-                *swallow = e.swallow;
+                c.swallow = e.swallow;
                 if e.close {
                     break Flow::Close;
                 }
             }
         }
-        if output.len() >= ctx.config.output_buffer_max {
-            write(ctx, stream, output).await.ok()?;
+        if c.output.len() >= ctx.config.output_buffer_max {
+            flush(ctx, c).await?;
         }
     };
-    input.drain(..start);
-    Some(flow)
+    c.input.drain(..start);
+    Ok(flow)
 }

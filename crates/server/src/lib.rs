@@ -20,10 +20,11 @@ pub mod metrics;
 pub mod server;
 pub mod stats;
 
-use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use cairn_persist::{Mode, PersistConfig, Persistence};
 use cairn_store::Store;
 
 pub use config::Config;
@@ -34,7 +35,13 @@ pub const VERSION: &str = concat!("1.6.21-cairn-", env!("CARGO_PKG_VERSION"));
 /// Everything connections share.
 pub struct Ctx {
     /// The cache itself.
-    pub store: Store,
+    pub store: Arc<Store>,
+    /// Command log and checkpoints; None in `off` mode.
+    pub persist: Option<Arc<Persistence>>,
+    /// The highest durable log LSN, pushed by the log's syncer; connections wait on it.
+    pub durable: tokio::sync::watch::Receiver<u64>,
+    /// Set when the log failed (fdatasync error, full disk): writes are refused from then on.
+    pub writes_refused: Arc<AtomicBool>,
     /// Settings in force (fixed after start).
     pub config: Config,
     /// Limits handed to the parser, derived from `config`.
@@ -52,24 +59,62 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Builds the shared state from settings.
-    pub fn new(config: Config) -> Arc<Ctx> {
-        let store = Store::new(
-            cairn_store::StoreConfig {
-                memory_limit_bytes: config.memory_limit_mb << 20,
-                evict_when_full: !config.disable_evictions,
-                item_size_max_bytes: config.item_size_max,
-                shard_count: 64,
-            },
-            None,
-        );
+    /// Builds the shared state from settings, recovering the store from disk unless
+    /// persistence is off. Blocking: call it before serving.
+    pub fn open(config: Config) -> Result<Arc<Ctx>, String> {
+        let store_config = cairn_store::StoreConfig {
+            memory_limit_bytes: config.memory_limit_mb << 20,
+            evict_when_full: !config.disable_evictions,
+            item_size_max_bytes: config.item_size_max,
+            shard_count: 64,
+        };
+        let (durable_tx, durable) = tokio::sync::watch::channel(0u64);
+        let writes_refused = Arc::new(AtomicBool::new(false));
+        let (store, persist) = match config.mode() {
+            Mode::Off => (Arc::new(Store::new(store_config, None)), None),
+            mode => {
+                let p = Persistence::open(
+                    PersistConfig {
+                        mode,
+                        data_path: config.snapshot_dir(),
+                        logs_path: config.log_dir(),
+                        async_flush_ms: config.async_flush_ms,
+                        chkpt_interval_pct_snapshot: config.chkpt_interval_pct_snapshot,
+                        chkpt_interval_min_logsize_mb: config.chkpt_interval_min_logsize,
+                        checkpoint_rate_mb_s: config.checkpoint_rate_mb_s,
+                        segment_bytes: config.log_segment_mb << 20,
+                        fs: Arc::new(cairn_wal::RealFs),
+                    },
+                    store_config,
+                )
+                .map_err(|e| format!("refusing to start: recovery failed: {e}"))?;
+                let p = Arc::new(p);
+                durable_tx.send_replace(p.durable_lsn());
+                let refused = Arc::clone(&writes_refused);
+                p.on_durable(Box::new(move |r| match r {
+                    Ok(lsn) => {
+                        durable_tx.send_replace(lsn);
+                    }
+                    Err(e) => {
+                        tracing::error!("command log failed, refusing writes from now on: {e}");
+                        refused.store(true, Ordering::SeqCst);
+                        // Wake every waiter so it sees the refusal.
+                        durable_tx.send_modify(|_| {});
+                    }
+                }));
+                (p.store(), Some(p))
+            }
+        };
         let limits = cairn_proto::Limits {
             max_value_len: config.item_size_max,
             max_keys_per_get: config.max_keys_per_get,
             ..cairn_proto::Limits::default()
         };
-        Arc::new(Ctx {
+        Ok(Arc::new(Ctx {
             store,
+            persist,
+            durable,
+            writes_refused,
             limits,
             counters: stats::Counters::default(),
             curr_connections: AtomicU64::new(0),
@@ -77,7 +122,25 @@ impl Ctx {
             started: Instant::now(),
             flush_generation: AtomicU64::new(0),
             config,
-        })
+        }))
+    }
+
+    /// The current persistence mode.
+    pub fn mode(&self) -> Mode {
+        self.persist.as_ref().map_or(Mode::Off, |p| p.mode())
+    }
+
+    /// Why writes are refused right now, if they are.
+    pub fn write_refusal(&self) -> Option<String> {
+        if !self.writes_refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(
+            self.persist
+                .as_ref()
+                .and_then(|p| p.write_refusal())
+                .unwrap_or_else(|| "the command log failed".into()),
+        )
     }
 }
 

@@ -39,7 +39,14 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(config)) {
+    let ctx = match Ctx::open(config) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("cairn: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(ctx)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cairn: {e}");
@@ -48,7 +55,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> Result<(), String> {
+async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
+    let config = &ctx.config;
     let addr = format!("{}:{}", config.listen, config.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -60,7 +68,6 @@ async fn run(config: Config) -> Result<(), String> {
         })?),
         None => None,
     };
-    let ctx = Ctx::new(config);
     let c = &ctx.config;
     tracing::info!(
         addr = %local,
@@ -69,7 +76,7 @@ async fn run(config: Config) -> Result<(), String> {
         item_size_max = c.item_size_max,
         max_connections = c.max_connections,
         evictions = !c.disable_evictions,
-        persistence = "off",
+        persistence = ctx.mode().name(),
         "cairn {} serving",
         cairn_server::VERSION
     );
@@ -85,7 +92,27 @@ async fn run(config: Config) -> Result<(), String> {
         tracing::info!("signal received");
         let _ = tx.send(true);
     });
-    server::run(ctx, listener, rx).await;
+    server::run(Arc::clone(&ctx), listener, rx).await;
+    if let Some(p) = ctx.persist.clone() {
+        // A checkpoint on the way out makes the next start a snapshot load, not a long replay.
+        tracing::info!("shutdown checkpoint");
+        let done = tokio::task::spawn_blocking(move || {
+            let r = p.checkpoint();
+            (r, p.close())
+        })
+        .await;
+        match done {
+            Ok((Ok(_), Ok(()))) => {}
+            Ok((r, c)) => {
+                return Err(format!(
+                    "shutdown checkpoint: {:?} / log close: {:?}",
+                    r.err(),
+                    c.err()
+                ));
+            }
+            Err(e) => return Err(format!("shutdown checkpoint: {e}")),
+        }
+    }
     tracing::info!("stopped");
     Ok(())
 }

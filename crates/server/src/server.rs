@@ -28,6 +28,7 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     let max = ctx.config.max_connections;
     let permits = Arc::new(Semaphore::new(max));
     let reclaim = tokio::spawn(reclaim_loop(Arc::clone(&ctx), shutdown.clone()));
+    let checkpoints = tokio::spawn(checkpoint_loop(Arc::clone(&ctx), shutdown.clone()));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -66,6 +67,25 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     tracing::info!("shutting down: waiting for open connections to finish");
     let _ = permits.acquire_many(max as u32).await;
     let _ = reclaim.await;
+    let _ = checkpoints.await;
+}
+
+/// Takes a checkpoint whenever the ARCUS rule says one is due (checked every second).
+async fn checkpoint_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
+    let Some(p) = ctx.persist.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if p.checkpoint_due() {
+            let p = Arc::clone(&p);
+            let _ = tokio::task::spawn_blocking(move || p.checkpoint()).await;
+        }
+    }
 }
 
 async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {

@@ -8,6 +8,7 @@
 //!   Request::Meta ........ meta.rs     version, verbosity, quit, admin  misc.rs
 //! ```
 
+pub mod admin;
 pub mod arith;
 pub mod delete;
 pub mod flush;
@@ -103,7 +104,34 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
         }
         Request::Quit => return Flow::Close,
         Request::Meta(m) => meta::meta(ctx, m, now, out),
-        Request::Admin { words } => misc::admin(ctx, &words, out),
+        Request::Admin { .. } => {
+            // Admin lines may block (a checkpoint); the connection runs them via admin::run.
+            out.extend_from_slice(b"SERVER_ERROR admin commands are handled by the connection\r\n");
+        }
     }
     Flow::Continue
+}
+
+/// Whether a request may change the store (and so is refused once the log has failed).
+pub fn is_write(request: &Request) -> bool {
+    match request {
+        Request::Store { .. }
+        | Request::Delete { .. }
+        | Request::Arith { .. }
+        | Request::Touch { .. }
+        | Request::FlushAll { .. } => true,
+        Request::Get { exptime, .. } => exptime.is_some(),
+        Request::Meta(m) => match m.cmd {
+            cairn_proto::MetaCmd::Set
+            | cairn_proto::MetaCmd::Delete
+            | cairn_proto::MetaCmd::Arith => true,
+            cairn_proto::MetaCmd::Get => m.flags.new_ttl.is_some() || m.flags.vivify_ttl.is_some(),
+            cairn_proto::MetaCmd::Noop | cairn_proto::MetaCmd::Debug => false,
+        },
+        Request::Stats { .. }
+        | Request::Version
+        | Request::Verbosity { .. }
+        | Request::Quit
+        | Request::Admin { .. } => false,
+    }
 }

@@ -88,8 +88,19 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             stat(out, "item_size_max", c.item_size_max);
             stat(out, "max_keys_per_get", c.max_keys_per_get);
             stat(out, "output_buffer_max", c.output_buffer_max);
-            stat(out, "persistence", "off");
+            stat(out, "persistence", ctx.mode().name());
         }
+        Some("persistence") => match &ctx.persist {
+            Some(p) => {
+                for (name, value) in p.stats() {
+                    stat(out, name, value);
+                }
+            }
+            None => {
+                stat(out, "use_persistence", "off");
+                stat(out, "mode", "off");
+            }
+        },
         Some("items") => {
             let s = ctx.store.stats();
             stat(out, "items:1:number", s.curr_items);

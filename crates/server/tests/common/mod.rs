@@ -14,13 +14,26 @@ use std::time::Duration;
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The data folder the server was started with (a fresh temporary one by default).
+    pub dir: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl Server {
-    /// Starts `cairn -p 0 <args>` and waits for its readiness line.
+    /// Starts `cairn -p 0 --data-dir <fresh temp dir> <args>` and waits until it is ready.
     pub fn start(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Server::start_in(&dir, args);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts the server on an existing data folder (a restart).
+    pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["-p", "0"])
+            .args(["-p", "0", "--data-dir"])
+            .arg(dir)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -37,7 +50,18 @@ impl Server {
                 break a.parse().expect("address");
             }
         };
-        Server { child, addr }
+        Server {
+            child,
+            addr,
+            dir: dir.to_path_buf(),
+            _tmp: None,
+        }
+    }
+
+    /// kill -9: no shutdown, no checkpoint, nothing flushed.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn connect(&self) -> Conn {
