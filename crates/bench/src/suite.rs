@@ -1,0 +1,587 @@
+//! `cairn-bench suite arcus`: the ARCUS persistence seed's scenarios, every target side by
+//! side in one run, each server started here on a free loopback port with its own temporary
+//! data directory and stopped afterwards.
+//!
+//! ```text
+//!   for each repeat, for each target (A B C A B C ...):
+//!     start server ─> insert every key once (P:P, 1:0) ─> RSS after insert
+//!       ─> retrieval R:R 0:1 ─> mixed 1:9 (a checkpoint mid-phase for cairn async/sync)
+//!       ─> mixed 3:7 ─> mixed 5:5 ─> stop
+//!   report: markdown table (medians over repeats), JSON with per-second timelines, SVG charts
+//! ```
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use crate::keys::Pattern;
+use crate::load::{self, LoadConfig, Protocol};
+
+#[derive(Debug, Parser)]
+pub struct SuiteArgs {
+    /// The scenario set (only `arcus` for now).
+    #[arg(default_value = "arcus")]
+    pub scenario: String,
+    /// Keys inserted and then read (memtier-1 .. memtier-N).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Seconds per timed phase.
+    #[arg(long, default_value_t = 15)]
+    pub phase_secs: u64,
+    #[arg(long, default_value_t = 2)]
+    pub threads: u64,
+    #[arg(long, default_value_t = 25)]
+    pub clients: u64,
+    #[arg(long, default_value_t = 50)]
+    pub data_size: usize,
+    /// The cairn binary to start.
+    #[arg(long, default_value = "target/release/cairn")]
+    pub cairn_bin: PathBuf,
+    /// cairn modes to measure (comma separated: off, async, sync; empty for none).
+    #[arg(long, default_value = "off,async,sync")]
+    pub cairn_modes: String,
+    /// Redis AOF modes to measure (none, everysec, always; empty for none).
+    #[arg(long, default_value = "none,everysec,always")]
+    pub redis_modes: String,
+    /// Skip memcached.
+    #[arg(long)]
+    pub no_memcached: bool,
+    /// A server this suite does not start: HOST:PORT:PROTOCOL (repeatable).
+    #[arg(long)]
+    pub target: Vec<String>,
+    /// Where the table, JSON and charts go.
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
+    /// Run every target this many times, alternating, and report medians.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Checkpoint cairn (async/sync) in the middle of the mixed 1:9 phase.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub checkpoint_mid_phase: bool,
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// A server to measure.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Cairn(String),
+    Memcached,
+    Redis(String),
+    External {
+        host: String,
+        port: u16,
+        protocol: Protocol,
+    },
+}
+
+impl Target {
+    pub fn name(&self) -> String {
+        match self {
+            Target::Cairn(m) => format!("cairn {m}"),
+            Target::Memcached => "memcached".into(),
+            Target::Redis(m) => format!("redis {m}"),
+            Target::External { host, port, .. } => format!("{host}:{port}"),
+        }
+    }
+
+    fn protocol(&self) -> Protocol {
+        match self {
+            Target::Redis(_) => Protocol::Redis,
+            Target::External { protocol, .. } => *protocol,
+            _ => Protocol::MemcacheText,
+        }
+    }
+}
+
+/// A started server, stopped on drop.
+struct Running {
+    child: Option<Child>,
+    host: String,
+    port: u16,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Running {
+    fn pid(&self) -> Option<String> {
+        self.child.as_ref().map(|c| c.id().to_string())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// Polls with a short backoff until the server answers (never a fixed sleep).
+fn wait_ready(port: u16, protocol: Protocol) -> Result<(), String> {
+    let (probe, expect): (&[u8], &[u8]) = match protocol {
+        Protocol::MemcacheText => (b"version\r\n", b"VERSION"),
+        Protocol::Redis => (b"PING\r\n", b"+PONG"),
+    };
+    let mut delay = Duration::from_millis(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 64];
+            if s.write_all(probe).is_ok()
+                && s.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(expect))
+            {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(200));
+    }
+    Err(format!("server on port {port} never became ready"))
+}
+
+fn installed(bin: &str) -> bool {
+    Command::new(bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+fn start(t: &Target, args: &SuiteArgs) -> Result<Running, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = free_port()?;
+    let mem_mb = (args.keys * 400 / (1 << 20)).max(256).to_string();
+    let child = match t {
+        Target::External {
+            host,
+            port,
+            protocol,
+        } => {
+            wait_ready_external(host, *port, *protocol)?;
+            return Ok(Running {
+                child: None,
+                host: host.clone(),
+                port: *port,
+                _dir: None,
+            });
+        }
+        Target::Cairn(mode) => {
+            let mut child = Command::new(&args.cairn_bin)
+                .args([
+                    "-p",
+                    &port.to_string(),
+                    "-t",
+                    "2",
+                    "-m",
+                    &mem_mb,
+                    "--persistence",
+                    mode,
+                    "--data-dir",
+                ])
+                .arg(dir.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("{}: {e}", args.cairn_bin.display()))?;
+            let out = child.stdout.take().ok_or("no stdout")?;
+            let ready = BufReader::new(out)
+                .lines()
+                .map_while(Result::ok)
+                .any(|l| l.starts_with("cairn listening on "));
+            if !ready {
+                return Err("cairn exited before it was ready".into());
+            }
+            child
+        }
+        Target::Memcached => Command::new("memcached")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-t",
+                "2",
+                "-m",
+                &mem_mb,
+                "-c",
+                "4096",
+                "-u",
+                "root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("memcached: {e}"))?,
+        Target::Redis(mode) => {
+            let mut cmd = Command::new("redis-server");
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .args(["--maxclients", "4096"]);
+            match mode.as_str() {
+                "none" => cmd.args(["--appendonly", "no"]),
+                m => cmd.args(["--appendonly", "yes", "--appendfsync", m]),
+            };
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("redis-server: {e}"))?
+        }
+    };
+    let running = Running {
+        child: Some(child),
+        host: "127.0.0.1".into(),
+        port,
+        _dir: Some(dir),
+    };
+    wait_ready(port, t.protocol())?;
+    Ok(running)
+}
+
+fn wait_ready_external(host: &str, port: u16, _p: Protocol) -> Result<(), String> {
+    TcpStream::connect((host, port))
+        .map(|_| ())
+        .map_err(|e| format!("{host}:{port}: {e}"))
+}
+
+fn rss_bytes(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// One measured phase of one target.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    pub target: String,
+    pub scenario: String,
+    pub repeat: usize,
+    pub ops_per_sec: f64,
+    pub avg_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub errors: u64,
+    pub server_cpu_secs: f64,
+    pub load_generator_cpu_secs: f64,
+    pub secs: f64,
+    pub rss_after_insert_mib: f64,
+    pub bytes_per_item: f64,
+    /// ops in each second of the phase
+    pub timeline_ops: Vec<u64>,
+    /// (start, end) seconds into the phase of a checkpoint taken during it
+    pub checkpoint_window: Option<(f64, f64)>,
+}
+
+fn phases(args: &SuiteArgs) -> Vec<(&'static str, Pattern, (u32, u32), bool)> {
+    let _ = args;
+    vec![
+        ("insert", Pattern::Parallel, (1, 0), false),
+        ("retrieval", Pattern::Random, (0, 1), false),
+        ("mixed 1:9", Pattern::Random, (1, 9), true),
+        ("mixed 3:7", Pattern::Random, (3, 7), false),
+        ("mixed 5:5", Pattern::Random, (5, 5), false),
+    ]
+}
+
+/// Sends `checkpoint` after `after`, returns when it is done with its (start, end) seconds.
+fn checkpoint_later(
+    host: String,
+    port: u16,
+    after: Duration,
+    t0: Instant,
+) -> std::thread::JoinHandle<Option<(f64, f64)>> {
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let mut s = TcpStream::connect((host.as_str(), port)).ok()?;
+        let start = t0.elapsed().as_secs_f64();
+        s.write_all(b"checkpoint\r\n").ok()?;
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).ok()?;
+        buf[..n]
+            .starts_with(b"OK")
+            .then(|| (start, t0.elapsed().as_secs_f64()))
+    })
+}
+
+fn measure(t: &Target, args: &SuiteArgs, repeat: usize) -> Result<Vec<Row>, String> {
+    let server = start(t, args)?;
+    let pid = server.pid();
+    let rss_before = pid.as_deref().map_or(0, rss_bytes);
+    let mut rows = Vec::new();
+    let mut rss_after_insert = 0;
+    for (scenario, pattern, ratio, checkpoint) in phases(args) {
+        let insert = scenario == "insert";
+        let clients = args.threads * args.clients;
+        let cfg = LoadConfig {
+            server: server.host.clone(),
+            port: server.port,
+            protocol: t.protocol(),
+            threads: args.threads,
+            clients: args.clients,
+            data_size_min: args.data_size,
+            data_size_max: args.data_size,
+            key_prefix: "memtier-".into(),
+            set_pattern: pattern,
+            get_pattern: pattern,
+            key_min: 1,
+            key_max: args.keys,
+            ratio,
+            requests: insert.then(|| args.keys.div_ceil(clients)),
+            test_time: (!insert).then(|| Duration::from_secs(args.phase_secs)),
+            pipeline: 1,
+            seed: 1 + repeat as u64,
+            distinct_client_seed: true,
+            rate: None,
+            verify: false,
+            quiet: args.quiet,
+        };
+        let cpu_before = pid.as_deref().and_then(load::proc_cpu_secs).unwrap_or(0.0);
+        let t0 = Instant::now();
+        let ckpt = (checkpoint
+            && args.checkpoint_mid_phase
+            && matches!(t, Target::Cairn(m) if m != "off"))
+        .then(|| {
+            checkpoint_later(
+                server.host.clone(),
+                server.port,
+                Duration::from_secs(args.phase_secs / 3),
+                t0,
+            )
+        });
+        let r = load::run(&cfg)?;
+        let checkpoint_window = ckpt.and_then(|h| h.join().ok().flatten());
+        let cpu = pid.as_deref().and_then(load::proc_cpu_secs).unwrap_or(0.0) - cpu_before;
+        if insert {
+            rss_after_insert = pid.as_deref().map_or(0, rss_bytes);
+        }
+        let h = &r.all_latency;
+        let ms = |p: f64| h.value_at_percentile(p) as f64 / 1000.0;
+        let row = Row {
+            target: t.name(),
+            scenario: scenario.into(),
+            repeat,
+            ops_per_sec: r.ops_per_sec(),
+            avg_ms: h.mean() / 1000.0,
+            p50_ms: ms(50.0),
+            p90_ms: ms(90.0),
+            p95_ms: ms(95.0),
+            p99_ms: ms(99.0),
+            p999_ms: ms(99.9),
+            errors: r.errors,
+            server_cpu_secs: cpu,
+            load_generator_cpu_secs: r.cpu_secs,
+            secs: r.secs,
+            rss_after_insert_mib: rss_after_insert as f64 / (1 << 20) as f64,
+            bytes_per_item: rss_after_insert.saturating_sub(rss_before) as f64 / args.keys as f64,
+            timeline_ops: r.timeline.iter().map(|s| s.ops).collect(),
+            checkpoint_window,
+        };
+        if !args.quiet {
+            eprintln!(
+                "{:<16} {:<10} {:>10.0} ops/s  p50 {:.3} ms  p99 {:.3} ms",
+                row.target, row.scenario, row.ops_per_sec, row.p50_ms, row.p99_ms
+            );
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+fn targets(args: &SuiteArgs) -> Result<Vec<Target>, String> {
+    let mut v = Vec::new();
+    let list = |s: &str| {
+        s.split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    if !list(&args.cairn_modes).is_empty() && !args.cairn_bin.exists() {
+        return Err(format!("{} not found: build it with `cargo build --release -p cairn-server` or pass --cairn-bin", args.cairn_bin.display()));
+    }
+    for m in list(&args.cairn_modes) {
+        if !["off", "async", "sync"].contains(&m.as_str()) {
+            return Err(format!("cairn mode {m:?}: use off, async or sync"));
+        }
+        v.push(Target::Cairn(m));
+    }
+    if !args.no_memcached {
+        if installed("memcached") {
+            v.push(Target::Memcached);
+        } else {
+            eprintln!("note: memcached is not installed; skipped");
+        }
+    }
+    let redis = list(&args.redis_modes);
+    if !redis.is_empty() {
+        if installed("redis-server") {
+            for m in redis {
+                if !["none", "everysec", "always"].contains(&m.as_str()) {
+                    return Err(format!("redis mode {m:?}: use none, everysec or always"));
+                }
+                v.push(Target::Redis(m));
+            }
+        } else {
+            eprintln!("note: redis-server is not installed; skipped");
+        }
+    }
+    for t in &args.target {
+        let parts: Vec<&str> = t.rsplitn(3, ':').collect();
+        let [proto, port, host] = parts.as_slice() else {
+            return Err(format!("--target {t:?}: expected HOST:PORT:PROTOCOL"));
+        };
+        v.push(Target::External {
+            host: host.to_string(),
+            port: port
+                .parse()
+                .map_err(|_| format!("--target {t:?}: bad port"))?,
+            protocol: Protocol::parse(proto)?,
+        });
+    }
+    Ok(v)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// Rows with the same target and scenario folded into their median (and spread).
+pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
+    let mut out: Vec<(Row, f64, f64)> = Vec::new();
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for r in rows {
+        let k = (r.target.clone(), r.scenario.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (target, scenario) in keys {
+        let group: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.target == target && r.scenario == scenario)
+            .collect();
+        let pick = |f: fn(&Row) -> f64| median(group.iter().map(|r| f(r)).collect());
+        let ops: Vec<f64> = group.iter().map(|r| r.ops_per_sec).collect();
+        let min = ops.iter().cloned().fold(f64::INFINITY, f64::min);
+        let max = ops.iter().cloned().fold(0.0, f64::max);
+        let mut row = group[0].clone();
+        row.ops_per_sec = pick(|r| r.ops_per_sec);
+        row.avg_ms = pick(|r| r.avg_ms);
+        row.p50_ms = pick(|r| r.p50_ms);
+        row.p90_ms = pick(|r| r.p90_ms);
+        row.p95_ms = pick(|r| r.p95_ms);
+        row.p99_ms = pick(|r| r.p99_ms);
+        row.p999_ms = pick(|r| r.p999_ms);
+        row.server_cpu_secs = pick(|r| r.server_cpu_secs);
+        row.load_generator_cpu_secs = pick(|r| r.load_generator_cpu_secs);
+        row.rss_after_insert_mib = pick(|r| r.rss_after_insert_mib);
+        row.bytes_per_item = pick(|r| r.bytes_per_item);
+        out.push((row, min, max));
+    }
+    out
+}
+
+/// The markdown table.
+pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
+    let mut s = String::new();
+    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | load gen CPU s | RSS after insert MiB | bytes/item |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut scenarios: Vec<&str> = Vec::new();
+    for (r, _, _) in summary {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    for sc in scenarios {
+        for (r, min, max) in summary.iter().filter(|(r, _, _)| r.scenario == sc) {
+            let spread = if repeats > 1 {
+                format!("{min:.0}-{max:.0}")
+            } else {
+                "-".into()
+            };
+            s.push_str(&format!(
+                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.0} | {:.0} |\n",
+                r.scenario, r.target, r.ops_per_sec, spread, r.avg_ms, r.p50_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms,
+                r.server_cpu_secs, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item
+            ));
+        }
+    }
+    s
+}
+
+pub fn run(args: &SuiteArgs) -> Result<(), String> {
+    if args.scenario != "arcus" {
+        return Err(format!(
+            "unknown scenario set {:?} (try arcus)",
+            args.scenario
+        ));
+    }
+    let targets = targets(args)?;
+    if targets.is_empty() {
+        return Err("no target to measure".into());
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| format!("{}: {e}", args.out_dir.display()))?;
+    let mut rows = Vec::new();
+    for rep in 0..args.repeat.max(1) {
+        for t in &targets {
+            rows.extend(measure(t, args, rep)?);
+        }
+    }
+    let summary = summarize(&rows);
+    let md = table(&summary, args.repeat.max(1));
+    println!("{md}");
+    std::fs::write(args.out_dir.join("results.md"), &md).map_err(|e| e.to_string())?;
+    let json = serde_json::json!({
+        "keys": args.keys, "phase_secs": args.phase_secs, "threads": args.threads,
+        "clients": args.clients, "data_size": args.data_size, "repeat": args.repeat,
+        "rows": rows,
+    });
+    std::fs::write(
+        args.out_dir.join("results.json"),
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    crate::chart::all(&summary, &rows, &args.out_dir)?;
+    eprintln!(
+        "wrote {}/results.md, results.json, throughput.svg, latency.svg, timeline.svg",
+        args.out_dir.display()
+    );
+    Ok(())
+}
