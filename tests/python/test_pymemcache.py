@@ -15,8 +15,13 @@ BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn")
 
 
 @pytest.fixture()
-def server():
-    proc = subprocess.Popen([BIN, "-p", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def server(tmp_path):
+    proc = subprocess.Popen(
+        [BIN, "-p", "0", "--data-dir", str(tmp_path), "--log-segment-mb", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     addr = None
     for line in proc.stdout:
         if line.startswith("cairn listening on "):

@@ -290,6 +290,7 @@ impl Persistence {
                 flush_interval: Duration::from_millis(config.async_flush_ms.max(1)),
                 segment_bytes: config.segment_bytes,
                 max_record_bytes: store_config.item_size_max_bytes + 1024,
+                prealloc: cairn_wal::Prealloc::ZeroFill,
                 ..LogOptions::default()
             },
         )?);

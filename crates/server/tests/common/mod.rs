@@ -32,7 +32,7 @@ impl Server {
     /// Starts the server on an existing data folder (a restart).
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["-p", "0", "--data-dir"])
+            .args(["-p", "0", "--log-segment-mb", "2", "--data-dir"])
             .arg(dir)
             .args(args)
             .stdout(Stdio::piped())
