@@ -11,6 +11,7 @@
 mod chart;
 mod keys;
 mod load;
+mod report;
 mod suite;
 
 use std::process::ExitCode;

@@ -6,8 +6,11 @@
 //!   for each repeat, for each target (A B C A B C ...):
 //!     start server ─> insert every key once (P:P, 1:0) ─> RSS after insert
 //!       ─> retrieval R:R 0:1 ─> mixed 1:9 (a checkpoint mid-phase for cairn async/sync)
-//!       ─> mixed 3:7 ─> mixed 5:5 ─> stop
-//!   report: markdown table (medians over repeats), JSON with per-second timelines, SVG charts
+//!       ─> mixed 3:7 ─> mixed 5:5
+//!       ─> cairn async/sync: kill -9, restart on the same data directory, read recovery stats
+//!       ─> stop
+//!   report: markdown table (medians over repeats), ratios, checkpoint dip, recovery,
+//!           JSON with per-second timelines, SVG charts
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -20,6 +23,7 @@ use clap::Parser;
 
 use crate::keys::Pattern;
 use crate::load::{self, LoadConfig, Protocol};
+use crate::report::{self, CheckpointDip};
 
 #[derive(Debug, Parser)]
 pub struct SuiteArgs {
@@ -62,6 +66,10 @@ pub struct SuiteArgs {
     /// Checkpoint cairn (async/sync) in the middle of the mixed 1:9 phase.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub checkpoint_mid_phase: bool,
+    /// After the last phase, kill cairn (async/sync) with SIGKILL, start it again on the same
+    /// data directory and report how long recovery took.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub recovery: bool,
     #[arg(long)]
     pub quiet: bool,
 }
@@ -103,7 +111,8 @@ struct Running {
     child: Option<Child>,
     host: String,
     port: u16,
-    _dir: Option<tempfile::TempDir>,
+    /// The server's data directory, removed on drop; a restart after kill -9 reuses it.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Running {
@@ -161,10 +170,15 @@ fn installed(bin: &str) -> bool {
         .is_ok()
 }
 
+/// The memory limit every server gets: room for the keys with headroom.
+fn mem_mb(args: &SuiteArgs) -> String {
+    (args.keys * 400 / (1 << 20)).max(256).to_string()
+}
+
 fn start(t: &Target, args: &SuiteArgs) -> Result<Running, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = free_port()?;
-    let mem_mb = (args.keys * 400 / (1 << 20)).max(256).to_string();
+    let mem_mb = mem_mb(args);
     let child = match t {
         Target::External {
             host,
@@ -176,37 +190,10 @@ fn start(t: &Target, args: &SuiteArgs) -> Result<Running, String> {
                 child: None,
                 host: host.clone(),
                 port: *port,
-                _dir: None,
+                dir: None,
             });
         }
-        Target::Cairn(mode) => {
-            let mut child = Command::new(&args.cairn_bin)
-                .args([
-                    "-p",
-                    &port.to_string(),
-                    "-t",
-                    "2",
-                    "-m",
-                    &mem_mb,
-                    "--persistence",
-                    mode,
-                    "--data-dir",
-                ])
-                .arg(dir.path())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("{}: {e}", args.cairn_bin.display()))?;
-            let out = child.stdout.take().ok_or("no stdout")?;
-            let ready = BufReader::new(out)
-                .lines()
-                .map_while(Result::ok)
-                .any(|l| l.starts_with("cairn listening on "));
-            if !ready {
-                return Err("cairn exited before it was ready".into());
-            }
-            child
-        }
+        Target::Cairn(mode) => spawn_cairn(args, mode, port, dir.path())?,
         Target::Memcached => Command::new("memcached")
             .args([
                 "-l",
@@ -255,10 +242,112 @@ fn start(t: &Target, args: &SuiteArgs) -> Result<Running, String> {
         child: Some(child),
         host: "127.0.0.1".into(),
         port,
-        _dir: Some(dir),
+        dir: Some(dir),
     };
     wait_ready(port, t.protocol())?;
     Ok(running)
+}
+
+/// Starts cairn and returns once it printed its `cairn listening on` line (after recovery).
+/// The same arguments every time, so a restart finds the same data directory and port.
+fn spawn_cairn(
+    args: &SuiteArgs,
+    mode: &str,
+    port: u16,
+    dir: &std::path::Path,
+) -> Result<Child, String> {
+    let mem_mb = mem_mb(args);
+    let mut child = Command::new(&args.cairn_bin)
+        .args([
+            "-p",
+            &port.to_string(),
+            "-t",
+            "2",
+            "-m",
+            &mem_mb,
+            "--persistence",
+            mode,
+            "--data-dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", args.cairn_bin.display()))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let ready = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("cairn listening on "));
+    if !ready {
+        let status = child.wait().map_err(|e| e.to_string())?;
+        return Err(format!("cairn exited before it was ready ({status})"));
+    }
+    Ok(child)
+}
+
+/// `stats GROUP` over the memcached text protocol, as (name, value) pairs.
+fn memcache_stats(host: &str, port: u16, group: &str) -> Result<Vec<(String, String)>, String> {
+    let mut s = TcpStream::connect((host, port)).map_err(|e| format!("{host}:{port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(format!("stats {group}\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for line in BufReader::new(s).lines() {
+        let line = line.map_err(|e| format!("stats {group}: {e}"))?;
+        if line == "END" {
+            return Ok(out);
+        }
+        let (name, value) = line
+            .strip_prefix("STAT ")
+            .and_then(|l| l.split_once(' '))
+            .ok_or_else(|| format!("stats {group}: unexpected line {line:?}"))?;
+        out.push((name.to_string(), value.to_string()));
+    }
+    Err(format!("stats {group}: connection closed before END"))
+}
+
+/// Kills a cairn target with SIGKILL (no shutdown checkpoint), starts it again on the same data
+/// directory and port, and reads what its recovery did from `stats persistence`. The restarted
+/// server replaces the killed one in `server`, so dropping `server` stops it.
+fn kill_and_recover(
+    server: &mut Running,
+    t: &Target,
+    args: &SuiteArgs,
+    repeat: usize,
+) -> Result<Recovery, String> {
+    let Target::Cairn(mode) = t else {
+        return Err(format!("{}: only cairn is restarted", t.name()));
+    };
+    let mut child = server.child.take().ok_or("no server process to kill")?;
+    child.kill().map_err(|e| format!("kill -9: {e}"))?;
+    child.wait().map_err(|e| e.to_string())?;
+    let dir = server.dir.as_ref().ok_or("no data directory")?.path();
+    let spawned = Instant::now();
+    server.child = Some(spawn_cairn(args, mode, server.port, dir)?);
+    let restart_to_ready_ms = spawned.elapsed().as_secs_f64() * 1000.0;
+    wait_ready(server.port, t.protocol())?;
+    let stats = memcache_stats(&server.host, server.port, "persistence")?;
+    let field = |name: &str| -> Result<u64, String> {
+        stats
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| format!("stats persistence: no numeric {name}"))
+    };
+    let recovery_ms = field("recovery_ms")?;
+    let recovered_items = field("recovered_items")?;
+    Ok(Recovery {
+        target: t.name(),
+        repeat,
+        recovery_ms,
+        restart_to_ready_ms,
+        recovered_items,
+        recovered_log_records: field("recovered_log_records")?,
+        items_per_sec: (recovery_ms > 0)
+            .then(|| recovered_items as f64 * 1000.0 / recovery_ms as f64),
+    })
 }
 
 fn wait_ready_external(host: &str, port: u16, _p: Protocol) -> Result<(), String> {
@@ -297,6 +386,27 @@ pub struct Row {
     pub timeline_ops: Vec<u64>,
     /// (start, end) seconds into the phase of a checkpoint taken during it
     pub checkpoint_window: Option<(f64, f64)>,
+    /// throughput while that checkpoint ran against the rest of the phase (None: no
+    /// checkpoint, or the phase too short to tell)
+    pub checkpoint_dip: Option<CheckpointDip>,
+}
+
+/// What one restart after `kill -9` recovered.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Recovery {
+    pub target: String,
+    pub repeat: usize,
+    /// The server's own figure (`stats persistence` recovery_ms): snapshot load and log
+    /// replay, in whole milliseconds.
+    pub recovery_ms: u64,
+    /// From spawning the new process to its `cairn listening` line: what a client waits.
+    pub restart_to_ready_ms: f64,
+    /// Live items after recovery (`recovered_items`).
+    pub recovered_items: u64,
+    /// Log records replayed after the snapshot (`recovered_log_records`).
+    pub recovered_log_records: u64,
+    /// recovered_items / recovery_ms; None when recovery took under a millisecond.
+    pub items_per_sec: Option<f64>,
 }
 
 fn phases(args: &SuiteArgs) -> Vec<(&'static str, Pattern, (u32, u32), bool)> {
@@ -330,8 +440,12 @@ fn checkpoint_later(
     })
 }
 
-fn measure(t: &Target, args: &SuiteArgs, repeat: usize) -> Result<Vec<Row>, String> {
-    let server = start(t, args)?;
+fn measure(
+    t: &Target,
+    args: &SuiteArgs,
+    repeat: usize,
+) -> Result<(Vec<Row>, Option<Recovery>), String> {
+    let mut server = start(t, args)?;
     let pid = server.pid();
     let rss_before = pid.as_deref().map_or(0, rss_bytes);
     let mut rows = Vec::new();
@@ -383,6 +497,7 @@ fn measure(t: &Target, args: &SuiteArgs, repeat: usize) -> Result<Vec<Row>, Stri
         }
         let h = &r.all_latency;
         let ms = |p: f64| h.value_at_percentile(p) as f64 / 1000.0;
+        let timeline_ops: Vec<u64> = r.timeline.iter().map(|s| s.ops).collect();
         let row = Row {
             target: t.name(),
             scenario: scenario.into(),
@@ -400,7 +515,9 @@ fn measure(t: &Target, args: &SuiteArgs, repeat: usize) -> Result<Vec<Row>, Stri
             secs: r.secs,
             rss_after_insert_mib: rss_after_insert as f64 / (1 << 20) as f64,
             bytes_per_item: rss_after_insert.saturating_sub(rss_before) as f64 / args.keys as f64,
-            timeline_ops: r.timeline.iter().map(|s| s.ops).collect(),
+            checkpoint_dip: checkpoint_window
+                .and_then(|w| report::checkpoint_dip(&timeline_ops, r.secs, w)),
+            timeline_ops,
             checkpoint_window,
         };
         if !args.quiet {
@@ -411,7 +528,17 @@ fn measure(t: &Target, args: &SuiteArgs, repeat: usize) -> Result<Vec<Row>, Stri
         }
         rows.push(row);
     }
-    Ok(rows)
+    let recovery = (args.recovery && matches!(t, Target::Cairn(m) if m != "off"))
+        .then(|| kill_and_recover(&mut server, t, args, repeat))
+        .transpose()
+        .map_err(|e| format!("{}: restart after kill -9: {e}", t.name()))?;
+    if let (Some(r), false) = (&recovery, args.quiet) {
+        eprintln!(
+            "{:<16} recovery   {} items in {} ms ({:.0} ms to ready)",
+            r.target, r.recovered_items, r.recovery_ms, r.restart_to_ready_ms
+        );
+    }
+    Ok((rows, recovery))
 }
 
 fn targets(args: &SuiteArgs) -> Result<Vec<Target>, String> {
@@ -559,19 +686,33 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.out_dir)
         .map_err(|e| format!("{}: {e}", args.out_dir.display()))?;
     let mut rows = Vec::new();
+    let mut recoveries = Vec::new();
     for rep in 0..args.repeat.max(1) {
         for t in &targets {
-            rows.extend(measure(t, args, rep)?);
+            let (r, recovery) = measure(t, args, rep)?;
+            rows.extend(r);
+            recoveries.extend(recovery);
         }
     }
     let summary = summarize(&rows);
-    let md = table(&summary, args.repeat.max(1));
+    let ratios = report::ratios(&summary);
+    let mut md = table(&summary, args.repeat.max(1));
+    for extra in [
+        report::ratio_table(&ratios),
+        report::dip_table(&rows),
+        report::recovery_table(&recoveries),
+    ] {
+        if !extra.is_empty() {
+            md.push('\n');
+            md.push_str(&extra);
+        }
+    }
     println!("{md}");
     std::fs::write(args.out_dir.join("results.md"), &md).map_err(|e| e.to_string())?;
     let json = serde_json::json!({
         "keys": args.keys, "phase_secs": args.phase_secs, "threads": args.threads,
         "clients": args.clients, "data_size": args.data_size, "repeat": args.repeat,
-        "rows": rows,
+        "rows": rows, "ratios": ratios, "recovery": recoveries,
     });
     std::fs::write(
         args.out_dir.join("results.json"),

@@ -23,6 +23,7 @@
 //! overwritten value never comes back, because its delete or overwrite is a later record.
 
 pub mod record;
+mod replay;
 pub mod snapshot;
 
 use std::cell::Cell;
@@ -201,6 +202,11 @@ pub struct Persistence {
     min_logsize_mb: AtomicU64,
 }
 
+/// Threads that load a snapshot at recovery: one per core.
+fn recovery_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 fn now_unix() -> u32 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -324,8 +330,8 @@ impl Persistence {
                 let path = config.data_path.join(snapshot::file_name(lsn));
                 tracing::info!("loading snapshot {}", path.display());
                 let now = now_unix();
-                let mut count = 0u64;
-                let result = snapshot::load(fs.as_ref(), &path, |it| {
+                let count = AtomicU64::new(0);
+                let result = snapshot::load(fs.as_ref(), &path, recovery_threads(), |it| {
                     if it.exptime == 0 || it.exptime > now {
                         let _ = store.entry(it.key, now, |e| {
                             let r = e.store(&[it.value], it.flags, it.exptime, Some(it.cas));
@@ -334,16 +340,16 @@ impl Persistence {
                             }
                             r
                         });
-                        count += 1;
-                        if count.is_multiple_of(1_000_000) {
-                            tracing::info!("recovery: {count} items loaded from the snapshot");
+                        let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_multiple_of(1_000_000) {
+                            tracing::info!("recovery: {n} items loaded from the snapshot");
                         }
                     }
                 });
                 match result {
                     Ok((l, _)) => {
                         loaded = Some(l);
-                        stats.recovered_items = count;
+                        stats.recovered_items = count.into_inner();
                         stats.snapshot_bytes = fs.open(&path).and_then(|f| f.size()).unwrap_or(0);
                         break;
                     }
@@ -368,42 +374,8 @@ impl Persistence {
         }
 
         // 2. Replay the log after the snapshot. The log must reach back to it.
-        let mut first_seen = None;
-        let mut replayed = 0u64;
-        let now = now_unix();
-        log.read_from::<PersistError>(snapshot_lsn + 1, |lsn, payload| {
-            first_seen.get_or_insert(lsn);
-            let rec = record::decode(payload).ok_or_else(|| {
-                PersistError::Unrecoverable(format!("log record {lsn} does not decode"))
-            })?;
-            match rec {
-                record::Record::Stored {
-                    key,
-                    value,
-                    flags,
-                    exptime,
-                    cas,
-                    stale,
-                } => {
-                    let _ = store.entry(key, now, |e| {
-                        let r = e.store(&[value], flags, exptime, Some(cas));
-                        if stale {
-                            e.update_meta(|m| m.stale = true);
-                        }
-                        r
-                    });
-                }
-                record::Record::Deleted { key } => {
-                    store.entry(key, now, |e| e.delete());
-                }
-                record::Record::Flushed => store.flush_all(),
-            }
-            replayed += 1;
-            if replayed.is_multiple_of(1_000_000) {
-                tracing::info!("recovery: {replayed} log records replayed");
-            }
-            Ok(())
-        })?;
+        let (first_seen, replayed) =
+            replay::replay(&log, &store, snapshot_lsn + 1, recovery_threads())?;
         if let Some(first) = first_seen {
             if first != snapshot_lsn + 1 {
                 return Err(PersistError::Unrecoverable(format!(
@@ -428,6 +400,15 @@ impl Persistence {
         );
         stats.recovered_items = live;
         sink.recording.store(true, Ordering::SeqCst);
+        // A `flush_all <delay>` whose time passed while cairn was down runs now, and is logged
+        // (a Flushed record), so that the next recovery does not run it again over newer writes.
+        // One still in the future stays scheduled; the server arms its timer.
+        if let Some(at) = store.scheduled_flush() {
+            if at <= now_unix() {
+                tracing::info!("running the flush_all scheduled for {at}, due while stopped");
+                store.run_scheduled_flush(at);
+            }
+        }
         let bytes_now = log.stats().bytes_written;
         Ok(Persistence {
             mode: AtomicU8::new(config.mode as u8),
@@ -549,7 +530,21 @@ impl Persistence {
         let dir = &self.config.data_path;
         let bytes_at_start = self.log.stats().bytes_written;
         // L0: every mutation with a record <= L0 is in memory already (see the module doc).
-        let l0 = self.log.appended_lsn();
+        // A pending `flush_all <delay>` is restated by a record after L0, since recovery from
+        // this snapshot replays only records after L0 and the snapshot holds no schedule.
+        let (l0, restated) = self.store.with_scheduled_flush(|scheduled| {
+            let l0 = self.log.appended_lsn();
+            let restated = match scheduled {
+                Some(at) => {
+                    let mut buf = Vec::new();
+                    record::encode(&mut buf, &Mutation::FlushScheduled { at });
+                    self.log.append_nowait(&buf)
+                }
+                None => Ok(l0),
+            };
+            (l0, restated)
+        });
+        let restated = restated?;
         let tmp = dir.join(format!("{}.tmp", snapshot::file_name(l0)));
         let _ = fs.remove(&tmp);
         let mut writer =
@@ -577,8 +572,9 @@ impl Persistence {
         }
         let (items, bytes) = writer.finish()?;
         // Records up to L0 must be durable before the snapshot becomes current: otherwise a
-        // crash could leave a log that restarts numbering below L0, behind the snapshot.
-        self.log.wait_durable(l0)?;
+        // crash could leave a log that restarts numbering below L0, behind the snapshot. So
+        // must the restated schedule.
+        self.log.wait_durable(l0.max(restated))?;
         let path = dir.join(snapshot::file_name(l0));
         fs.rename(&tmp, &path)
             .map_err(|e| PersistError::io(&path, e))?;

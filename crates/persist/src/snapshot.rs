@@ -199,10 +199,20 @@ fn read_exact(
 
 /// Reads and checks a whole snapshot, calling `f` for each item (only after its block's
 /// checksum passed). Returns (lsn, items). Any damage is an error naming the offset.
+///
+/// ```text
+///   calling thread: read block ─> check CRC ─> channel (bounded) ─┬─> worker 1: decode, f(item)
+///                                                                 └─> worker n: decode, f(item)
+/// ```
+///
+/// `f` runs on `workers` threads at once, in no particular order: a snapshot holds each key
+/// once, so the order items are applied in does not change the result. On an error some items
+/// may already have been passed to `f` (the caller discards them).
 pub fn load(
     fs: &dyn FileSystem,
     path: &Path,
-    mut f: impl FnMut(SnapItem<'_>),
+    workers: usize,
+    f: impl Fn(SnapItem<'_>) + Sync,
 ) -> Result<(u64, u64), PersistError> {
     let file = fs.open(path).map_err(|e| PersistError::io(path, e))?;
     let size = file.size().map_err(|e| PersistError::io(path, e))?;
@@ -236,34 +246,67 @@ pub fn load(
     }
     let want_items = u64::from_le_bytes(t[12..20].try_into().expect("8 bytes"));
     let want_blocks = u64::from_le_bytes(t[20..28].try_into().expect("8 bytes"));
-    let mut offset = HEADER_LEN as u64;
+
+    let workers = workers.max(1);
+    // (file offset of the block's bytes, the bytes); a few blocks in flight bound the memory.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(workers * 2);
+    let rx = std::sync::Mutex::new(rx);
+    let apply = || -> Result<u64, PersistError> {
+        let mut items = 0u64;
+        loop {
+            let next = rx.lock().expect("a worker panicked").recv();
+            let Ok((at, block)) = next else {
+                return Ok(items);
+            };
+            let mut p = 0usize;
+            while p < block.len() {
+                let item = decode_item(&block[p..])
+                    .ok_or_else(|| bad(path, at + p as u64, "bad item in block"))?;
+                p += 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
+                f(item);
+                items += 1;
+            }
+        }
+    };
+    let read_blocks = |tx: std::sync::mpsc::SyncSender<(u64, Vec<u8>)>| {
+        let mut offset = HEADER_LEN as u64;
+        let mut blocks = 0u64;
+        while offset < trailer_at {
+            let mut head = [0u8; 8];
+            read_exact(file.as_ref(), path, offset, &mut head)?;
+            let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as u64;
+            let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+            if len == 0 || offset + 8 + len > trailer_at {
+                return Err(bad(path, offset, "bad block length"));
+            }
+            let mut block = vec![0u8; len as usize];
+            read_exact(file.as_ref(), path, offset + 8, &mut block)?;
+            if crc32c::crc32c(&block) != crc {
+                return Err(bad(path, offset, "block checksum mismatch"));
+            }
+            if tx.send((offset + 8, block)).is_err() {
+                // Every worker stopped on an error; theirs is the one to report.
+                break;
+            }
+            offset += 8 + len;
+            blocks += 1;
+        }
+        Ok(blocks)
+    };
+    let (read, applied) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers).map(|_| s.spawn(apply)).collect();
+        let read = read_blocks(tx);
+        let applied: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("a snapshot worker panicked"))
+            .collect();
+        (read, applied)
+    });
     let mut items = 0u64;
-    let mut blocks = 0u64;
-    let mut block = Vec::new();
-    while offset < trailer_at {
-        let mut head = [0u8; 8];
-        read_exact(file.as_ref(), path, offset, &mut head)?;
-        let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as u64;
-        let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
-        if len == 0 || offset + 8 + len > trailer_at {
-            return Err(bad(path, offset, "bad block length"));
-        }
-        block.resize(len as usize, 0);
-        read_exact(file.as_ref(), path, offset + 8, &mut block)?;
-        if crc32c::crc32c(&block) != crc {
-            return Err(bad(path, offset, "block checksum mismatch"));
-        }
-        let mut p = 0usize;
-        while p < block.len() {
-            let item = decode_item(&block[p..])
-                .ok_or_else(|| bad(path, offset + 8 + p as u64, "bad item in block"))?;
-            p += 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
-            f(item);
-            items += 1;
-        }
-        offset += 8 + len;
-        blocks += 1;
+    for a in applied {
+        items += a?;
     }
+    let blocks = read?;
     if items != want_items || blocks != want_blocks {
         return Err(bad(
             path,

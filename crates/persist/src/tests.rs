@@ -247,3 +247,65 @@ fn checkpoint_makes_its_log_position_durable() {
     let p = open(&fs).unwrap();
     assert_eq!(contents(&p), model);
 }
+
+/// Power loss, then reopen: the same file system, a new process.
+fn crash_and_reopen(fs: &FaultyFs, p: Persistence) -> Persistence {
+    p.sync().unwrap();
+    fs.power_loss();
+    std::mem::forget(p);
+    open(fs).unwrap()
+}
+
+#[test]
+fn a_delayed_flush_survives_restarts_and_checkpoints() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open(&fs).unwrap();
+    let later = now_unix() + 3600;
+    workload(&p, &mut model, 1);
+    p.store().schedule_flush(later);
+    let p = crash_and_reopen(&fs, p);
+    assert_eq!(p.store().scheduled_flush(), Some(later), "lost by recovery");
+    assert_eq!(contents(&p), model, "a future flush must not run early");
+
+    // Two checkpoints drop the log segment that held the original record: each restates it.
+    p.checkpoint().unwrap();
+    workload(&p, &mut model, 2);
+    p.checkpoint().unwrap();
+    workload(&p, &mut model, 3);
+    let p = crash_and_reopen(&fs, p);
+    assert_eq!(
+        p.store().scheduled_flush(),
+        Some(later),
+        "lost by a checkpoint"
+    );
+    assert_eq!(contents(&p), model);
+
+    // A later flush_all replaces the schedule, also after a restart.
+    p.store().flush_all();
+    model.clear();
+    workload(&p, &mut model, 4);
+    let p = crash_and_reopen(&fs, p);
+    assert_eq!(p.store().scheduled_flush(), None);
+    assert_eq!(contents(&p), model);
+}
+
+#[test]
+fn a_delayed_flush_due_while_down_runs_once_at_recovery() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open(&fs).unwrap();
+    workload(&p, &mut model, 1);
+    // Scheduled for a time that has passed by the restart (the store takes any time).
+    p.store().schedule_flush(now_unix() - 1);
+    workload(&p, &mut model, 2);
+    let p = crash_and_reopen(&fs, p);
+    assert_eq!(contents(&p), Model::new(), "the due flush did not run");
+    assert_eq!(p.store().scheduled_flush(), None);
+
+    // Writes after that recovery are not flushed again by the next one.
+    model.clear();
+    workload(&p, &mut model, 3);
+    let p = crash_and_reopen(&fs, p);
+    assert_eq!(contents(&p), model, "the old schedule ran a second time");
+}

@@ -261,7 +261,8 @@ pub(crate) fn parse(
         let Some((len_word, flag_words)) = rest.split_first() else {
             return Err(ProtocolError::client("bad command line format", line_len));
         };
-        let Some(len) = parse_u64(len_word).and_then(|l| usize::try_from(l).ok()) else {
+        // Read as `set` and memcached read it (32 bits), so a refused block's `len + 2` fits.
+        let Some(len) = parse_i64(len_word).and_then(|l| usize::try_from(l).ok()) else {
             return Err(ProtocolError::client("bad command line format", line_len));
         };
         // From here on the data length is known: every error skips the block.

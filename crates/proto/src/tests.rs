@@ -255,6 +255,20 @@ fn meta_requests() {
     );
 }
 
+/// Found by `cargo fuzz run parse` (see fuzz/README.md): an `ms` data length near u64::MAX was
+/// refused as too large with `swallow = len + 2`, which overflowed (and wrapped to 1 without
+/// overflow checks, so the "skipped" block was parsed as commands).
+#[test]
+fn meta_set_length_beyond_32_bits() {
+    let e = err(b"ms a 18446744073709551615\nab");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!((e.consumed, e.swallow, e.close), (26, 0, false));
+    // The largest length memcached reads (32 bits) is still refused as too large and skipped.
+    let e = err(b"ms a 2147483647\r\n");
+    assert_eq!(e.kind, ErrorKind::TooLarge);
+    assert_eq!((e.consumed, e.swallow), (17, 2_147_483_649));
+}
+
 #[test]
 fn encoders() {
     let mut out = Vec::new();

@@ -54,8 +54,6 @@ pub struct Ctx {
     pub verbosity: AtomicU8,
     /// When the server started, for `uptime`.
     pub started: Instant,
-    /// Bumped by every flush_all, so a delayed flush that was superseded does nothing.
-    pub flush_generation: AtomicU64,
 }
 
 impl Ctx {
@@ -120,7 +118,6 @@ impl Ctx {
             curr_connections: AtomicU64::new(0),
             verbosity: AtomicU8::new(config.verbosity),
             started: Instant::now(),
-            flush_generation: AtomicU64::new(0),
             config,
         }))
     }

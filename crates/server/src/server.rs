@@ -29,6 +29,10 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     let permits = Arc::new(Semaphore::new(max));
     let reclaim = tokio::spawn(reclaim_loop(Arc::clone(&ctx), shutdown.clone()));
     let checkpoints = tokio::spawn(checkpoint_loop(Arc::clone(&ctx), shutdown.clone()));
+    if let Some(at) = ctx.store.scheduled_flush() {
+        // A `flush_all <delay>` recovered from the log, still in the future.
+        crate::cmd::flush::arm_timer(&ctx, at, crate::now_unix());
+    }
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,

@@ -99,8 +99,11 @@ pub enum Mutation<'a> {
     },
     /// The key was removed by a client (delete, md without I).
     Deleted { key: &'a [u8] },
-    /// Everything was flushed (flush_all, after its delay elapsed).
+    /// Everything was flushed (flush_all now, or a scheduled flush whose time came).
     Flushed,
+    /// `flush_all <delay>`: everything is to be flushed at unix time `at` unless another
+    /// flush_all comes first (it replaces this one, as in memcached).
+    FlushScheduled { at: UnixSecs },
 }
 
 /// A hook observing every client-visible mutation (persistence, watch streams).
@@ -144,6 +147,9 @@ pub struct Store {
     cas: AtomicU64,
     /// Observer of client-visible mutations (persistence), if any.
     sink: Option<Arc<dyn MutationSink>>,
+    /// The time of a pending `flush_all <delay>`, if one is scheduled. Its lock also orders
+    /// flush mutations: it is taken before any shard lock.
+    scheduled_flush: Mutex<Option<UnixSecs>>,
 }
 
 /// Smallest memory a shard gets; fewer shards are used for small limits so that each still
@@ -167,6 +173,7 @@ impl Store {
             hasher: hashbrown::DefaultHashBuilder::default(),
             cas: AtomicU64::new(0),
             sink,
+            scheduled_flush: Mutex::new(None),
         }
     }
 
@@ -174,10 +181,19 @@ impl Store {
         self.hasher.hash_one(key)
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+    fn shard_index(&self, hash: u64) -> usize {
         // The high bits pick the shard; hashbrown uses the low and top-7 bits inside it.
-        let i = (hash >> 32) as usize % self.shards.len();
-        self.shards[i].lock()
+        (hash >> 32) as usize % self.shards.len()
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        self.shards[self.shard_index(hash)].lock()
+    }
+
+    /// The shard (0..shard_count) that holds `key`: work split by shard never touches one key
+    /// from two threads (parallel log replay relies on it).
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        self.shard_index(self.hash(key))
     }
 
     /// Looks up a live item, copying it out. Expired items are removed lazily (counted in the
@@ -226,9 +242,17 @@ impl Store {
         f(&mut entry)
     }
 
-    /// Removes every item now (flush_all). Reports `Mutation::Flushed`.
+    /// Removes every item now (flush_all) and cancels a scheduled flush. Reports
+    /// `Mutation::Flushed`.
     pub fn flush_all(&self) {
-        // Every shard is locked at once so the flush sits at one point in the mutation order.
+        let mut scheduled = self.scheduled_flush.lock();
+        *scheduled = None;
+        self.flush_locked();
+    }
+
+    /// Every shard is locked at once so the flush sits at one point in the mutation order.
+    /// Called with the `scheduled_flush` lock held.
+    fn flush_locked(&self) {
         let mut guards: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
         for g in &mut guards {
             g.clear();
@@ -236,6 +260,41 @@ impl Store {
         if let Some(sink) = &self.sink {
             sink.on_mutation(&Mutation::Flushed);
         }
+    }
+
+    /// `flush_all <delay>`: records that everything is to be flushed at `at`, replacing any
+    /// earlier schedule, and reports `Mutation::FlushScheduled`. The caller runs the timer and
+    /// calls [`Store::run_scheduled_flush`] when the time comes.
+    pub fn schedule_flush(&self, at: UnixSecs) {
+        let mut scheduled = self.scheduled_flush.lock();
+        *scheduled = Some(at);
+        if let Some(sink) = &self.sink {
+            sink.on_mutation(&Mutation::FlushScheduled { at });
+        }
+    }
+
+    /// Flushes everything if the flush scheduled for `at` is still the pending one (no later
+    /// flush_all replaced it). Returns whether it flushed.
+    pub fn run_scheduled_flush(&self, at: UnixSecs) -> bool {
+        let mut scheduled = self.scheduled_flush.lock();
+        if *scheduled != Some(at) {
+            return false;
+        }
+        *scheduled = None;
+        self.flush_locked();
+        true
+    }
+
+    /// The time of the pending scheduled flush, if any.
+    pub fn scheduled_flush(&self) -> Option<UnixSecs> {
+        *self.scheduled_flush.lock()
+    }
+
+    /// Runs `f` with the pending scheduled flush while no flush can be scheduled, run or
+    /// cancelled (a checkpoint uses it to restate the schedule after its log position).
+    pub fn with_scheduled_flush<R>(&self, f: impl FnOnce(Option<UnixSecs>) -> R) -> R {
+        let scheduled = self.scheduled_flush.lock();
+        f(*scheduled)
     }
 
     /// Reclaims memory of expired items; call periodically from a background task. Returns how

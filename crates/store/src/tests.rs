@@ -123,6 +123,7 @@ fn update_meta_and_mutation_reports() {
                 ),
                 Mutation::Deleted { key } => format!("D {}", String::from_utf8_lossy(key)),
                 Mutation::Flushed => "F".to_string(),
+                Mutation::FlushScheduled { at } => format!("FS {at}"),
             };
             self.0.lock().unwrap().push(line);
         }
@@ -146,6 +147,22 @@ fn update_meta_and_mutation_reports() {
     s.entry(b"k", 100, |e| e.delete());
     s.get(b"k", 100);
     s.flush_all();
+    // A schedule replaced by a later one runs only as the later one; flush_all cancels it.
+    s.schedule_flush(200);
+    s.schedule_flush(300);
+    assert!(
+        !s.run_scheduled_flush(200),
+        "a replaced schedule must not run"
+    );
+    assert!(s.run_scheduled_flush(300));
+    assert!(!s.run_scheduled_flush(300), "runs once");
+    s.schedule_flush(400);
+    s.flush_all();
+    assert_eq!(s.scheduled_flush(), None);
+    assert!(
+        !s.run_scheduled_flush(400),
+        "flush_all cancels the schedule"
+    );
     assert_eq!(
         *log.0.lock().unwrap(),
         vec![
@@ -154,7 +171,12 @@ fn update_meta_and_mutation_reports() {
             "S k v 500 true",
             "S k v 500 true",
             "D k",
-            "F"
+            "F",
+            "FS 200",
+            "FS 300",
+            "F",
+            "FS 400",
+            "F",
         ]
     );
 }

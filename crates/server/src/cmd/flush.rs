@@ -1,30 +1,35 @@
-//! flush_all [delay]: invalidate every item now or after a delay.
+//! flush_all [delay]: invalidate every item now or at a later time.
 //!
-//! A delayed flush is a timer task; a later flush_all supersedes it (memcached keeps one
-//! "oldest live" time, so the newest flush_all wins).
+//! The store keeps the one pending schedule (memcached keeps one "oldest live" time, so the
+//! newest flush_all wins) and logs it, so a delayed flush survives a restart; this file runs
+//! the timer that carries it out.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::stats::bump;
 use crate::Ctx;
 
-/// Flushes now (`delay` 0) or schedules a flush at `now + delay` (or the absolute time).
+/// Flushes now (`delay` 0 or a time already past) or schedules a flush at `now + delay` (or
+/// the absolute time).
 pub fn flush_all(ctx: &Arc<Ctx>, delay: i64, now: u32) {
     bump(&ctx.counters.cmd_flush);
-    let generation = ctx.flush_generation.fetch_add(1, Ordering::SeqCst) + 1;
     let at = crate::absolute_exptime(delay, now);
     if at == 0 || at <= now {
         ctx.store.flush_all();
         return;
     }
+    ctx.store.schedule_flush(at);
+    arm_timer(ctx, at, now);
+}
+
+/// Runs the flush scheduled for `at` when that time comes, unless a later flush_all replaced
+/// it by then. Also called at start for a schedule recovered from the log.
+pub fn arm_timer(ctx: &Arc<Ctx>, at: u32, now: u32) {
     let ctx = Arc::clone(ctx);
-    let wait = Duration::from_secs(u64::from(at - now));
+    let wait = Duration::from_secs(u64::from(at.saturating_sub(now)));
     tokio::spawn(async move {
         tokio::time::sleep(wait).await;
-        if ctx.flush_generation.load(Ordering::SeqCst) == generation {
-            ctx.store.flush_all();
-        }
+        ctx.store.run_scheduled_flush(at);
     });
 }
