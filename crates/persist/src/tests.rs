@@ -309,3 +309,29 @@ fn a_delayed_flush_due_while_down_runs_once_at_recovery() {
     let p = crash_and_reopen(&fs, p);
     assert_eq!(contents(&p), model, "the old schedule ran a second time");
 }
+
+#[test]
+fn a_truncated_snapshot_falls_back_to_the_previous_one() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open(&fs).unwrap();
+    workload(&p, &mut model, 1);
+    p.checkpoint().unwrap();
+    workload(&p, &mut model, 2);
+    p.checkpoint().unwrap();
+    workload(&p, &mut model, 3);
+    p.sync().unwrap();
+    drop(p);
+    let snaps = list_snapshots(&fs, Path::new("/t/data")).unwrap();
+    let newest = Path::new("/t/data").join(snapshot::file_name(snaps[0]));
+    let size = fs.open(&newest).unwrap().size().unwrap() as usize;
+    // Cut the newest snapshot shorter and shorter (the file keeps its cut from round to round).
+    for keep in [size - 1, size - 33, size / 2, 40, 31, 0] {
+        fs.corrupt(&newest, |b| b.truncate(keep));
+        let p = open(&fs).unwrap_or_else(|e| panic!("cut to {keep}: {e}"));
+        let stats: BTreeMap<_, _> = p.stats().into_iter().collect();
+        assert_eq!(stats["snapshot_lsn"], snaps[1].to_string(), "cut to {keep}");
+        assert_eq!(contents(&p), model, "cut to {keep}");
+        drop(p);
+    }
+}

@@ -337,12 +337,8 @@ fn a_damaged_log_refuses_to_start_naming_file_and_offset() {
     }
     server.kill9();
     let log_dir = tmp.path().join("log");
-    let seg = std::fs::read_dir(&log_dir)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    // The first segment by name (the log directory may also hold a prepared spare file).
+    let seg = log_dir.join("00000000000000000001.wal");
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes[60] ^= 0x40;
     std::fs::write(&seg, bytes).unwrap();

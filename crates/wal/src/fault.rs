@@ -7,6 +7,12 @@
 //!   dir:   names (what list sees)  durable names (as of the last sync_dir)
 //! ```
 //!
+//! Faults armed with [`FaultyFs::fail_after`] skip the spare segment file (`*.spare`, the next
+//! segment a background thread prepares; see [`crate::format::is_spare_name`]) so that they
+//! land on the operation a test aims at whatever that thread is doing;
+//! [`FaultyFs::fail_spare_after`] aims at the spare instead. Once renamed into a segment the
+//! file is an ordinary target again.
+//!
 //! Not a stand-in for the product: the real log always runs on [`crate::RealFs`].
 
 use std::collections::BTreeMap;
@@ -14,8 +20,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
+use crate::format::is_spare_name;
 use crate::fs::{FileSystem, LogFile};
 
 /// Operations that can be made to fail.
@@ -34,6 +41,14 @@ struct FileData {
     data: Vec<u8>,
     /// Bytes as of the last sync_data.
     durable: Vec<u8>,
+    /// Created under a spare name and not renamed since: only spare faults apply.
+    spare: bool,
+}
+
+fn path_is_spare(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(is_spare_name)
 }
 
 #[derive(Default)]
@@ -42,8 +57,9 @@ struct State {
     names: BTreeMap<PathBuf, Arc<Mutex<FileData>>>,
     /// Entries as of the last sync_dir of their directory.
     durable_names: BTreeMap<PathBuf, Arc<Mutex<FileData>>>,
-    /// For each operation: fail the call after this many more successes, with this errno.
-    faults: BTreeMap<Op, (usize, i32)>,
+    /// For each operation, on ordinary files (false) or the spare (true): fail the call after
+    /// this many more successes, with this errno.
+    faults: BTreeMap<(Op, bool), (usize, i32)>,
     /// Bytes a write may still add in total before ENOSPC (None = unlimited).
     space_left: Option<usize>,
 }
@@ -52,6 +68,8 @@ struct State {
 #[derive(Clone, Default)]
 pub struct FaultyFs {
     state: Arc<Mutex<State>>,
+    /// While true, sync_data of ordinary files blocks (a slow disk, for backpressure tests).
+    hold: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl FaultyFs {
@@ -61,7 +79,25 @@ impl FaultyFs {
 
     /// Makes the `op` call after `successes` more successful ones fail with `errno`, once.
     pub fn fail_after(&self, op: Op, successes: usize, errno: i32) {
-        self.state.lock().faults.insert(op, (successes, errno));
+        self.state
+            .lock()
+            .faults
+            .insert((op, false), (successes, errno));
+    }
+
+    /// Like [`FaultyFs::fail_after`], for operations on the spare segment file only.
+    pub fn fail_spare_after(&self, op: Op, successes: usize, errno: i32) {
+        self.state
+            .lock()
+            .faults
+            .insert((op, true), (successes, errno));
+    }
+
+    /// While `on`, every sync_data of an ordinary file blocks until `hold_syncs(false)`.
+    pub fn hold_syncs(&self, on: bool) {
+        let (held, cv) = &*self.hold;
+        *held.lock() = on;
+        cv.notify_all();
     }
 
     /// Limits how many more bytes writes may add; beyond it they fail with ENOSPC.
@@ -91,12 +127,12 @@ impl FaultyFs {
         f(&mut file.durable);
     }
 
-    fn check(&self, op: Op) -> io::Result<()> {
+    fn check(&self, op: Op, spare: bool) -> io::Result<()> {
         let mut s = self.state.lock();
-        if let Some((left, errno)) = s.faults.get_mut(&op) {
+        if let Some((left, errno)) = s.faults.get_mut(&(op, spare)) {
             if *left == 0 {
                 let errno = *errno;
-                s.faults.remove(&op);
+                s.faults.remove(&(op, spare));
                 return Err(io::Error::from_raw_os_error(errno));
             }
             *left -= 1;
@@ -112,8 +148,8 @@ struct FaultyFile {
 
 impl LogFile for FaultyFile {
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.fs.check(Op::Write)?;
         let mut f = self.data.lock();
+        self.fs.check(Op::Write, f.spare)?;
         let end = offset as usize + buf.len();
         let growth = end.saturating_sub(f.data.len());
         {
@@ -141,7 +177,15 @@ impl LogFile for FaultyFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.fs.check(Op::Sync)?;
+        let spare = self.data.lock().spare;
+        if !spare {
+            let (held, cv) = &*self.fs.hold;
+            let mut held = held.lock();
+            while *held {
+                cv.wait(&mut held);
+            }
+        }
+        self.fs.check(Op::Sync, spare)?;
         let mut f = self.data.lock();
         f.durable = f.data.clone();
         Ok(())
@@ -170,12 +214,15 @@ impl LogFile for FaultyFile {
 
 impl FileSystem for FaultyFs {
     fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
-        self.check(Op::Create)?;
+        self.check(Op::Create, path_is_spare(path))?;
         let mut s = self.state.lock();
         if s.names.contains_key(path) {
             return Err(io::Error::from(io::ErrorKind::AlreadyExists));
         }
-        let data = Arc::new(Mutex::new(FileData::default()));
+        let data = Arc::new(Mutex::new(FileData {
+            spare: path_is_spare(path),
+            ..FileData::default()
+        }));
         s.names.insert(path.to_path_buf(), Arc::clone(&data));
         Ok(Box::new(FaultyFile {
             fs: self.clone(),
@@ -215,18 +262,19 @@ impl FileSystem for FaultyFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.check(Op::Rename)?;
+        self.check(Op::Rename, path_is_spare(from))?;
         let mut s = self.state.lock();
         let f = s
             .names
             .remove(from)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        f.lock().spare = path_is_spare(to);
         s.names.insert(to.to_path_buf(), f);
         Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.check(Op::SyncDir)?;
+        self.check(Op::SyncDir, false)?;
         let mut s = self.state.lock();
         let current: Vec<_> = s
             .names

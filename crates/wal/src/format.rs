@@ -17,6 +17,10 @@
 //!                       the payload
 //!    16  payload   len
 //!   after the last record: zeros (preallocation) up to the end of the file
+//!
+//! spare file "next-<nonce, 16 hex>-<seq>.spare": the next segment prepared ahead (zeros, no
+//!   header); renamed to a segment name and given its header when it becomes the tail.
+//!   Never part of the log: recovery removes it.
 //! ```
 //!
 //! The CRC covers the record header as well as the payload, and is seeded with the log id, so
@@ -130,6 +134,19 @@ pub fn segment_name(first_lsn: u64) -> String {
     format!("{first_lsn:020}.wal")
 }
 
+/// The name of a spare file: the next segment, created and preallocated ahead of time by a
+/// background thread, then renamed to [`segment_name`] and given its header when the log needs
+/// it. `nonce` differs between opens of a log, `seq` between the spares of one open. A spare
+/// is never part of the log: recovery removes any it finds.
+pub fn spare_name(nonce: u64, seq: u64) -> String {
+    format!("next-{nonce:016x}-{seq}.spare")
+}
+
+/// Whether a file name is a spare's (see [`spare_name`]).
+pub fn is_spare_name(name: &str) -> bool {
+    name.starts_with("next-") && name.ends_with(".spare")
+}
+
 /// The first LSN a segment file name stands for, if it is one.
 pub fn parse_segment_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".wal")?;
@@ -180,5 +197,8 @@ mod tests {
         assert_eq!(SegmentHeader::decode(&b), Err(Bad::Checksum));
         assert_eq!(parse_segment_name(&segment_name(42)), Some(42));
         assert_eq!(parse_segment_name("42.wal"), None);
+        assert!(is_spare_name(&spare_name(7, 3)));
+        assert_eq!(parse_segment_name(&spare_name(7, 3)), None);
+        assert!(!is_spare_name(&segment_name(42)));
     }
 }

@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// One open file, read and written at explicit offsets.
@@ -27,6 +27,12 @@ pub trait FileSystem: Send + Sync {
     fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>>;
     /// Opens an existing file for reading and writing.
     fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>>;
+    /// Opens an existing file for writes that bypass the page cache (O_DIRECT). The caller
+    /// writes only [`DIRECT_ALIGN`]-aligned buffers at aligned offsets with aligned lengths.
+    /// A file system without such a mode (the fault-injecting one) opens the file normally.
+    fn open_direct(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        self.open(path)
+    }
     /// The paths of the entries of `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
     fn remove(&self, path: &Path) -> io::Result<()>;
@@ -35,6 +41,9 @@ pub trait FileSystem: Send + Sync {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
 }
+
+/// Alignment of buffers, offsets and lengths written through [`FileSystem::open_direct`].
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// The real disk.
 #[derive(Debug, Default, Clone, Copy)]
@@ -71,6 +80,14 @@ impl FileSystem for RealFs {
     }
     fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
         let f = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn open_direct(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
         Ok(Box::new(RealFile(f)))
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {

@@ -2,17 +2,26 @@
 //!
 //! ```text
 //!   append(payload) ──lock──> pending buffer (records framed, LSNs assigned in order)
+//!        │ (waits first while pending >= max_pending_bytes: backpressure)
 //!        │ Sync: wait until durable_lsn >= my LSN          │ Async: return at once
 //!        v                                                 v
 //!   syncer thread: take the whole pending buffer ─> write at the segment's end ─> fdatasync
 //!        ─> durable_lsn = last LSN of the batch ─> wake waiters, call listeners
 //!   (writers that arrive while one fdatasync runs share the next one: group commit, no sleep)
+//!
+//!   spare thread, once the tail is half full: create "next-….spare", preallocate
+//!        (zero fill), fdatasync ─> ready
+//!   syncer, when a batch does not fit the tail: rename the ready spare to "<first LSN>.wal",
+//!        write header + batch, fdatasync, fsync the directory, then acknowledge
 //! ```
 //!
 //! Segments are files named by their first LSN, preallocated, each with a header carrying the
 //! log's random id; every record carries a CRC32C over that id, its header and its payload (the
-//! format is in [`format`] and docs/FORMATS.md). Recovery on [`Log::open`] finds the end of the
-//! log and applies the caller's [`RecoveryMode`]; it never silently cuts the middle of a log.
+//! format is in [`format`] and docs/FORMATS.md). The next segment is prepared by a background
+//! thread, so a writer never waits for a segment's preallocation unless the disk cannot keep
+//! up. With [`LogOptions::direct_io`] the tail is written with O_DIRECT in whole 4 KiB blocks
+//! (see [`DirectBuf`]). Recovery on [`Log::open`] finds the end of the log and applies the
+//! caller's [`RecoveryMode`]; it never silently cuts the middle of a log.
 //! A failed write or fdatasync poisons the log: nothing after it is acknowledged, every waiter
 //! gets the error, and it is never retried.
 //!
@@ -31,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-pub use fs::{FileSystem, LogFile, RealFs};
+pub use fs::{FileSystem, LogFile, RealFs, DIRECT_ALIGN};
 pub use recovery::{read_records, scan_dir, DirScan, SegmentReport};
 
 /// A record's sequence number: 1 for the first record of a log, then +1 per record.
@@ -47,6 +56,12 @@ pub enum Durability {
     /// least every `flush_interval` and whenever it holds `flush_bytes`. A power loss loses at
     /// most the records acknowledged during the last `flush_interval` (plus the time of one
     /// write + fdatasync). `wait_durable` closes the window for a chosen LSN.
+    ///
+    /// Backpressure bounds that window in bytes too: while the buffer holds
+    /// `max_pending_bytes`, `append` waits until the syncer takes it, so at most
+    /// `max_pending_bytes` (plus one record) is buffered while one batch of the same bound is
+    /// being written: a power loss loses at most about 2 x `max_pending_bytes` of
+    /// acknowledged records, and memory stays bounded when appends outrun the disk.
     Async,
 }
 
@@ -63,13 +78,14 @@ pub enum RecoveryMode {
     Salvage,
 }
 
-/// How a new segment file is prepared.
+/// How a new segment file is prepared (by the spare thread, ahead of time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prealloc {
-    /// `set_len` to the segment size: no data blocks written up front.
+    /// `set_len` to the segment size: no data blocks written up front, so every fdatasync of
+    /// an append also commits the file system's block allocation.
     SetLen,
     /// Write zeros over the whole segment and fdatasync once, so appends overwrite allocated
-    /// blocks.
+    /// blocks (a cheaper fdatasync). Costs one extra write of every segment, in the background.
     ZeroFill,
 }
 
@@ -81,12 +97,27 @@ pub struct LogOptions {
     pub flush_interval: Duration,
     /// Async: flush as soon as this many bytes are buffered.
     pub flush_bytes: usize,
+    /// Both modes: an append waits while this many bytes are buffered and not yet taken by
+    /// the syncer (backpressure; see [`Durability::Async`]). A record larger than this is
+    /// still accepted once the buffer is empty.
+    pub max_pending_bytes: usize,
     /// Size of a segment file; a batch that does not fit starts a new segment.
     pub segment_bytes: u64,
     /// Largest payload accepted.
     pub max_record_bytes: usize,
     pub recovery: RecoveryMode,
     pub prealloc: Prealloc,
+    /// Write the tail segment with O_DIRECT ([`FileSystem::open_direct`]): whole 4 KiB
+    /// blocks from an aligned buffer, skipping the page cache. Falls back to buffered writes
+    /// where the file system refuses O_DIRECT (EINVAL, e.g. tmpfs).
+    ///
+    /// Off by default: on the 2-core shared VM (ext4 on virtio) where it was measured
+    /// (`cairn-wal-bench --quick`, ZeroFill, noisy), neither mode won overall. O_DIRECT vs
+    /// buffered, entries/s: Sync 1 thread 100 B 8375 vs 7272, 1 KiB 4791-5565 vs
+    /// 2257-5954; 64 committers x 100 B 120843 vs 126861; Async 1 KiB 205-342K vs
+    /// 522-665K; Async 1 MiB 586-906 vs 294-553. The server logs in async mode, where
+    /// buffered wins for small records.
+    pub direct_io: bool,
 }
 
 impl Default for LogOptions {
@@ -95,10 +126,12 @@ impl Default for LogOptions {
             durability: Durability::Sync,
             flush_interval: Duration::from_millis(100),
             flush_bytes: 4 << 20,
+            max_pending_bytes: 16 << 20,
             segment_bytes: 64 << 20,
             max_record_bytes: 16 << 20,
             recovery: RecoveryMode::TolerateTornTail,
             prealloc: Prealloc::SetLen,
+            direct_io: false,
         }
     }
 }
@@ -155,6 +188,10 @@ pub struct LogStats {
     pub durable_lsn: Lsn,
     /// Bytes buffered and not yet durable.
     pub pending_bytes: u64,
+    /// Appends that had to wait because `max_pending_bytes` were buffered (backpressure).
+    pub backpressure_waits: u64,
+    /// Segment switches that had to wait for the spare thread to finish preparing the file.
+    pub spare_waits: u64,
     /// Segment files in the log.
     pub segments: usize,
     /// Bytes of all segment files (their preallocated size).
@@ -185,6 +222,33 @@ struct State {
     /// Latency of each fdatasync in microseconds.
     fsync_us: hdrhistogram::Histogram<u64>,
     bytes_written: u64,
+    /// See [`LogStats::backpressure_waits`].
+    backpressure_waits: u64,
+    /// See [`LogStats::spare_waits`].
+    spare_waits: u64,
+}
+
+/// Where the spare thread is with the next segment file.
+enum SpareState {
+    /// Not wanted yet: the tail segment is less than half full.
+    Idle,
+    /// The tail is half full (or the syncer needs a spare now): make one.
+    Wanted,
+    /// The spare thread is creating and preallocating it.
+    Preparing,
+    /// A preallocated, synced file, not yet part of the log.
+    Ready(PathBuf),
+    /// Preparing failed; the syncer poisons the log with this error when it needs the spare.
+    Failed(WalError),
+}
+
+/// The spare thread's mailbox, guarded by `Shared::spare`.
+struct Spare {
+    state: SpareState,
+    /// Set by `close` once the syncer has stopped: the spare thread exits.
+    stop: bool,
+    /// Spares made since open; numbers their file names.
+    made: u64,
 }
 
 struct Shared {
@@ -192,19 +256,29 @@ struct Shared {
     dir: PathBuf,
     opts: LogOptions,
     log_id: u64,
+    /// Random per open, in spare file names: a spare of an earlier open never collides.
+    nonce: u64,
     state: Mutex<State>,
     /// Signalled when `durable_lsn` advances or the log is poisoned.
     durable_cv: Condvar,
     /// Signalled when the syncer may have work.
     work_cv: Condvar,
+    /// Signalled when the syncer takes the pending buffer, or the log stops: appends held back
+    /// by `max_pending_bytes` look again.
+    taken_cv: Condvar,
     durable_lsn: AtomicU64,
     listeners: Mutex<Vec<DurableListener>>,
+    /// The next segment, prepared ahead by the spare thread.
+    spare: Mutex<Spare>,
+    /// Signalled on every change of `spare`.
+    spare_cv: Condvar,
 }
 
 /// An open log. Appends may come from many threads at once.
 pub struct Log {
     shared: Arc<Shared>,
     syncer: Mutex<Option<JoinHandle<()>>>,
+    spare_maker: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// The segment the syncer appends to.
@@ -213,6 +287,89 @@ struct Tail {
     path: PathBuf,
     /// Where the next batch is written.
     offset: u64,
+    /// The segment was just renamed into place: fsync the directory after its first batch,
+    /// before that batch is acknowledged.
+    dir_sync_due: bool,
+    /// Set with `direct_io`: the staging buffer of O_DIRECT writes.
+    direct: Option<DirectBuf>,
+    /// The spare thread was asked for the segment after this one.
+    spare_requested: bool,
+}
+
+/// The aligned staging buffer of O_DIRECT writes: O_DIRECT needs 4 KiB-aligned memory, file
+/// offsets and lengths, while records end anywhere.
+///
+/// ```text
+///   file:   ... | block k                         | block k+1 ...
+///               [kept      ][batch ........................][zeros to a block end]
+///               ^ tail offset rounded down to 4 KiB
+///                           ^ tail offset
+/// ```
+///
+/// Each batch is written from the start of the block holding the tail offset: the bytes of
+/// that block already on disk (kept here, never read back), then the batch, then zeros up to a
+/// block boundary. Zeros after the last record are the format's end of log, so the padding
+/// reads as "no more records" and the next batch overwrites it. Rewriting the kept bytes
+/// (identical data) is what the page cache does for a buffered append, too.
+struct DirectBuf {
+    /// Owns the memory; `raw[start..]` is the aligned part.
+    raw: Vec<u8>,
+    start: usize,
+    /// Bytes at the aligned start: the partly written last block (tail offset % 4096).
+    kept: usize,
+}
+
+impl DirectBuf {
+    fn new(kept: &[u8]) -> DirectBuf {
+        assert!(kept.len() < DIRECT_ALIGN, "only a partial block is kept");
+        let mut b = DirectBuf {
+            raw: Vec::new(),
+            start: 0,
+            kept: 0,
+        };
+        b.reserve(1 << 20);
+        b.raw[b.start..b.start + kept.len()].copy_from_slice(kept);
+        b.kept = kept.len();
+        b
+    }
+
+    /// Makes room for `len` aligned bytes, keeping the kept block.
+    fn reserve(&mut self, len: usize) {
+        if self.raw.len() - self.start >= len {
+            return;
+        }
+        let len = len.max(2 * (self.raw.len() - self.start));
+        let mut raw = vec![0u8; len + DIRECT_ALIGN];
+        let addr = raw.as_ptr() as usize;
+        let start = (DIRECT_ALIGN - addr % DIRECT_ALIGN) % DIRECT_ALIGN;
+        raw[start..start + self.kept]
+            .copy_from_slice(&self.raw[self.start..self.start + self.kept]);
+        self.raw = raw;
+        self.start = start;
+    }
+
+    /// Lays out kept bytes + `batch` + zero padding; returns the aligned bytes to write at
+    /// the tail offset rounded down to a block.
+    fn stage(&mut self, batch: &[u8]) -> &[u8] {
+        let used = self.kept + batch.len();
+        let padded = used.next_multiple_of(DIRECT_ALIGN);
+        self.reserve(padded);
+        let buf = &mut self.raw[self.start..self.start + padded];
+        buf[self.kept..used].copy_from_slice(batch);
+        buf[used..].fill(0);
+        debug_assert_eq!(buf.as_ptr() as usize % DIRECT_ALIGN, 0);
+        buf
+    }
+
+    /// After the staged bytes of a `batch_len`-byte batch were written: keeps the new partly
+    /// written last block.
+    fn advance(&mut self, batch_len: usize) {
+        let used = self.kept + batch_len;
+        let block = used / DIRECT_ALIGN * DIRECT_ALIGN;
+        self.raw
+            .copy_within(self.start + block..self.start + used, self.start);
+        self.kept = used - block;
+    }
 }
 
 fn random_id() -> u64 {
@@ -232,27 +389,24 @@ impl Log {
     pub fn open(fs: Arc<dyn FileSystem>, dir: &Path, opts: LogOptions) -> Result<Log, WalError> {
         fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
         let scan = recovery::recover(fs.as_ref(), dir, opts.recovery)?;
-        let (log_id, next_lsn, segments, tail) = match scan {
-            Some(found) => {
-                let file = fs
-                    .open(&found.tail_path)
-                    .map_err(|e| WalError::io(&found.tail_path, e))?;
-                let tail = Tail {
-                    file,
-                    path: found.tail_path,
-                    offset: found.tail_end,
-                };
-                (found.log_id, found.last_lsn + 1, found.segments, tail)
-            }
+        let (log_id, next_lsn, segments, tail_path, tail_end) = match scan {
+            Some(found) => (
+                found.log_id,
+                found.last_lsn + 1,
+                found.segments,
+                found.tail_path,
+                found.tail_end,
+            ),
             None => {
                 let log_id = random_id();
-                let (file, path) = create_segment(fs.as_ref(), dir, &opts, log_id, 1)?;
-                let tail = Tail {
-                    file,
-                    path: path.clone(),
-                    offset: format::HEADER_LEN as u64,
-                };
-                (log_id, 1, vec![(1, path)], tail)
+                let path = create_segment(fs.as_ref(), dir, &opts, log_id, 1)?;
+                (
+                    log_id,
+                    1,
+                    vec![(1, path.clone())],
+                    path,
+                    format::HEADER_LEN as u64,
+                )
             }
         };
         let shared = Arc::new(Shared {
@@ -260,6 +414,7 @@ impl Log {
             dir: dir.to_path_buf(),
             opts,
             log_id,
+            nonce: random_id(),
             state: Mutex::new(State {
                 pending: Vec::with_capacity(1 << 20),
                 pending_first: next_lsn,
@@ -271,21 +426,39 @@ impl Log {
                 fsync_us: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 2)
                     .expect("valid bounds"),
                 bytes_written: 0,
+                backpressure_waits: 0,
+                spare_waits: 0,
             }),
             durable_cv: Condvar::new(),
             work_cv: Condvar::new(),
+            taken_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(next_lsn - 1),
             listeners: Mutex::new(Vec::new()),
+            spare: Mutex::new(Spare {
+                state: SpareState::Idle,
+                stop: false,
+                made: 0,
+            }),
+            spare_cv: Condvar::new(),
         });
+        let mut tail = shared.open_tail(tail_path, tail_end)?;
+        shared.maybe_request_spare(&mut tail);
         let worker = Arc::clone(&shared);
+        let spare_maker = std::thread::Builder::new()
+            .name("cairn-wal-spare".into())
+            .spawn(move || worker.spare_loop())
+            .map_err(|e| WalError::io(dir, e))?;
+        let log = Log {
+            shared: Arc::clone(&shared),
+            syncer: Mutex::new(None),
+            spare_maker: Mutex::new(Some(spare_maker)),
+        };
         let syncer = std::thread::Builder::new()
             .name("cairn-wal-sync".into())
-            .spawn(move || worker.sync_loop(tail))
+            .spawn(move || shared.sync_loop(tail))
             .map_err(|e| WalError::io(dir, e))?;
-        Ok(Log {
-            shared,
-            syncer: Mutex::new(Some(syncer)),
-        })
+        *log.syncer.lock() = Some(syncer);
+        Ok(log)
     }
 
     /// Appends a record and returns its LSN, acknowledging as the durability mode says.
@@ -298,21 +471,35 @@ impl Log {
     }
 
     /// Buffers a record and returns its LSN without waiting for it to be durable, whatever
-    /// the mode (the caller waits with [`Log::wait_durable`] or a listener).
+    /// the mode (the caller waits with [`Log::wait_durable`] or a listener). Waits first while
+    /// `max_pending_bytes` are buffered (backpressure).
     pub fn append_nowait(&self, payload: &[u8]) -> Result<Lsn, WalError> {
-        let max = self.shared.opts.max_record_bytes;
+        let sh = &self.shared;
+        let max = sh.opts.max_record_bytes;
         if payload.len() > max {
             return Err(WalError::TooLarge {
                 size: payload.len(),
                 max,
             });
         }
-        let mut st = self.shared.state.lock();
-        if let Some(e) = &st.poisoned {
-            return Err(poisoned(e));
-        }
-        if st.closing {
-            return Err(WalError::Closed);
+        let mut st = sh.state.lock();
+        let mut counted = false;
+        loop {
+            if let Some(e) = &st.poisoned {
+                return Err(poisoned(e));
+            }
+            if st.closing {
+                return Err(WalError::Closed);
+            }
+            if st.pending.len() < sh.opts.max_pending_bytes {
+                break;
+            }
+            if !counted {
+                st.backpressure_waits += 1;
+                counted = true;
+            }
+            sh.work_cv.notify_one();
+            sh.taken_cv.wait(&mut st);
         }
         let lsn = st.next_lsn;
         st.next_lsn += 1;
@@ -320,13 +507,12 @@ impl Log {
         if was_empty {
             st.pending_first = lsn;
         }
-        format::encode_record(&mut st.pending, self.shared.log_id, lsn, payload);
-        let wake = self.shared.opts.durability == Durability::Sync
-            || was_empty
-            || st.pending.len() >= self.shared.opts.flush_bytes;
+        format::encode_record(&mut st.pending, sh.log_id, lsn, payload);
+        // A sync writer wakes the syncer itself when it starts to wait (`wait_durable`).
+        let wake = was_empty || st.pending.len() >= sh.opts.flush_bytes;
         drop(st);
         if wake {
-            self.shared.work_cv.notify_one();
+            sh.work_cv.notify_one();
         }
         Ok(lsn)
     }
@@ -448,6 +634,8 @@ impl Log {
             appended_lsn: st.next_lsn - 1,
             durable_lsn: self.durable_lsn(),
             pending_bytes: st.pending.len() as u64,
+            backpressure_waits: st.backpressure_waits,
+            spare_waits: st.spare_waits,
             segments: st.segments.len(),
             log_bytes: st.segments.len() as u64 * self.shared.opts.segment_bytes,
             poisoned: st.poisoned.as_ref().map(|e| e.to_string()),
@@ -456,9 +644,17 @@ impl Log {
 
     /// Flushes what is buffered and stops the syncer. Appends after this fail with `Closed`.
     pub fn close(&self) -> Result<(), WalError> {
-        self.shared.state.lock().closing = true;
-        self.shared.work_cv.notify_all();
+        let sh = &self.shared;
+        sh.state.lock().closing = true;
+        sh.work_cv.notify_all();
+        sh.taken_cv.notify_all();
         if let Some(h) = self.syncer.lock().take() {
+            let _ = h.join();
+        }
+        // Only now: the syncer's last batches may need a new segment.
+        sh.spare.lock().stop = true;
+        sh.spare_cv.notify_all();
+        if let Some(h) = self.spare_maker.lock().take() {
             let _ = h.join();
         }
         match self.poisoned() {
@@ -483,17 +679,15 @@ fn poisoned(e: &WalError) -> WalError {
     }
 }
 
-/// Creates, preallocates and syncs a new segment whose first record will be `first_lsn`.
-fn create_segment(
+/// Creates a file at `path` and preallocates it to the segment size as `opts.prealloc` says,
+/// then fdatasyncs it. No header: a spare gets its header when it becomes a segment.
+fn prepare_file(
     fs: &dyn FileSystem,
-    dir: &Path,
+    path: &Path,
     opts: &LogOptions,
-    log_id: u64,
-    first_lsn: Lsn,
-) -> Result<(Box<dyn LogFile>, PathBuf), WalError> {
-    let path = dir.join(format::segment_name(first_lsn));
-    let io = |e| WalError::io(&path, e);
-    let file = fs.create(&path).map_err(io)?;
+) -> Result<Box<dyn LogFile>, WalError> {
+    let io = |e| WalError::io(path, e);
+    let file = fs.create(path).map_err(io)?;
     match opts.prealloc {
         Prealloc::SetLen => file.set_len(opts.segment_bytes).map_err(io)?,
         Prealloc::ZeroFill => {
@@ -506,16 +700,49 @@ fn create_segment(
             }
         }
     }
+    file.sync_data().map_err(io)?;
+    Ok(file)
+}
+
+/// Creates, preallocates and syncs the first segment of a new log, header included.
+fn create_segment(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    opts: &LogOptions,
+    log_id: u64,
+    first_lsn: Lsn,
+) -> Result<PathBuf, WalError> {
+    let path = dir.join(format::segment_name(first_lsn));
+    let io = |e| WalError::io(&path, e);
+    let file = prepare_file(fs, &path, opts)?;
     let header = format::SegmentHeader { log_id, first_lsn }.encode();
     file.write_at(0, &header).map_err(io)?;
     file.sync_data().map_err(io)?;
     fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
-    Ok((file, path))
+    Ok(path)
+}
+
+/// Poisons the log if the syncer panics (a broken invariant), so that waiters get an error
+/// instead of waiting forever.
+struct PanicPoisons(Arc<Shared>);
+
+impl Drop for PanicPoisons {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let sh = &self.0;
+            sh.state.lock().poisoned.get_or_insert(WalError::Poisoned {
+                cause: "the log's syncer thread panicked".into(),
+            });
+            sh.durable_cv.notify_all();
+            sh.taken_cv.notify_all();
+        }
+    }
 }
 
 impl Shared {
     /// The syncer: writes and fdatasyncs batches until closed or poisoned.
     fn sync_loop(self: Arc<Self>, mut tail: Tail) {
+        let _guard = PanicPoisons(Arc::clone(&self));
         let mut spare: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut last_flush = Instant::now();
         loop {
@@ -535,6 +762,8 @@ impl Shared {
                         || st.pending.len() >= self.opts.flush_bytes
                         || st.closing;
                     let due = last_flush.elapsed() >= self.opts.flush_interval;
+                    // No gathering delay: whatever arrived while the last fdatasync ran goes
+                    // now (group commit without a sleep).
                     if has && (urgent || due) {
                         break;
                     }
@@ -553,9 +782,11 @@ impl Shared {
                 let batch = std::mem::replace(&mut st.pending, std::mem::take(&mut spare));
                 (batch, first, last)
             };
+            self.taken_cv.notify_all();
             let started = Instant::now();
             let result = self.write_batch(&mut tail, &batch, first);
-            let took_us = started.elapsed().as_micros() as u64;
+            let took = started.elapsed();
+            let took_us = took.as_micros() as u64;
             last_flush = Instant::now();
             match result {
                 Ok(()) => {
@@ -573,6 +804,7 @@ impl Shared {
                 Err(e) => {
                     self.state.lock().poisoned = Some(e.clone());
                     self.durable_cv.notify_all();
+                    self.taken_cv.notify_all();
                     for l in self.listeners.lock().iter() {
                         l(Err(&e));
                     }
@@ -584,27 +816,171 @@ impl Shared {
         }
     }
 
-    /// Writes one batch at the end of the tail segment (starting a new segment if it does
-    /// not fit) and fdatasyncs it.
+    /// Writes one batch at the end of the tail segment (switching to the spare segment if it
+    /// does not fit) and fdatasyncs it.
     fn write_batch(&self, tail: &mut Tail, batch: &[u8], first: Lsn) -> Result<(), WalError> {
         let header = format::HEADER_LEN as u64;
         if tail.offset > header && tail.offset + batch.len() as u64 > self.opts.segment_bytes {
-            let (file, path) =
-                create_segment(self.fs.as_ref(), &self.dir, &self.opts, self.log_id, first)?;
-            self.state.lock().segments.push((first, path.clone()));
-            *tail = Tail {
-                file,
-                path,
-                offset: header,
-            };
+            *tail = self.next_segment(first)?;
         }
-        tail.file
-            .write_at(tail.offset, batch)
-            .map_err(|e| WalError::io(&tail.path, e))?;
+        let io = |e| WalError::io(&tail.path, e);
+        match &mut tail.direct {
+            Some(d) => {
+                let block_start = tail.offset - d.kept as u64;
+                tail.file
+                    .write_at(block_start, d.stage(batch))
+                    .map_err(io)?;
+                d.advance(batch.len());
+            }
+            None => tail.file.write_at(tail.offset, batch).map_err(io)?,
+        }
         tail.offset += batch.len() as u64;
-        tail.file
-            .sync_data()
-            .map_err(|e| WalError::io(&tail.path, e))
+        tail.file.sync_data().map_err(io)?;
+        if std::mem::take(&mut tail.dir_sync_due) {
+            self.fs
+                .sync_dir(&self.dir)
+                .map_err(|e| WalError::io(&self.dir, e))?;
+        }
+        self.maybe_request_spare(tail);
+        Ok(())
+    }
+
+    /// Asks the spare thread for the next segment once the tail is half full: early enough
+    /// that the switch does not wait for it, late enough that a log which never fills its
+    /// first segment never has a spare file.
+    fn maybe_request_spare(&self, tail: &mut Tail) {
+        if tail.spare_requested || tail.offset < self.opts.segment_bytes / 2 {
+            return;
+        }
+        tail.spare_requested = true;
+        let mut sp = self.spare.lock();
+        if matches!(sp.state, SpareState::Idle) {
+            sp.state = SpareState::Wanted;
+            self.spare_cv.notify_all();
+        }
+    }
+
+    /// Turns the spare into the segment starting at `first`: rename, then the header (written
+    /// with the first batch, which `write_batch` follows with fdatasync and a directory fsync).
+    /// A crash in between leaves a headerless newest segment or a spare: recovery drops both.
+    fn next_segment(&self, first: Lsn) -> Result<Tail, WalError> {
+        let spare = self.take_spare()?;
+        let path = self.dir.join(format::segment_name(first));
+        self.fs
+            .rename(&spare, &path)
+            .map_err(|e| WalError::io(&spare, e))?;
+        self.state.lock().segments.push((first, path.clone()));
+        let header = format::SegmentHeader {
+            log_id: self.log_id,
+            first_lsn: first,
+        }
+        .encode();
+        let mut tail = self.open_tail_with(path, format::HEADER_LEN as u64, &header)?;
+        if tail.direct.is_none() {
+            tail.file
+                .write_at(0, &header)
+                .map_err(|e| WalError::io(&tail.path, e))?;
+        }
+        tail.dir_sync_due = true;
+        Ok(tail)
+    }
+
+    /// Opens an existing segment as the tail, appending at `offset` (after recovery).
+    fn open_tail(&self, path: PathBuf, offset: u64) -> Result<Tail, WalError> {
+        let block_start = offset / DIRECT_ALIGN as u64 * DIRECT_ALIGN as u64;
+        let mut kept = vec![0u8; (offset - block_start) as usize];
+        if self.opts.direct_io {
+            let file = self.fs.open(&path).map_err(|e| WalError::io(&path, e))?;
+            let n = file
+                .read_at(block_start, &mut kept)
+                .map_err(|e| WalError::io(&path, e))?;
+            assert_eq!(
+                n,
+                kept.len(),
+                "recovery found records up to the tail offset"
+            );
+        }
+        self.open_tail_with(path, offset, &kept)
+    }
+
+    /// Opens `path` as the tail, appending at `offset`; `kept` holds the file's bytes from
+    /// `offset` rounded down to a block, which O_DIRECT writes repeat.
+    fn open_tail_with(&self, path: PathBuf, offset: u64, kept: &[u8]) -> Result<Tail, WalError> {
+        let io = |e| WalError::io(&path, e);
+        let (file, direct) = if self.opts.direct_io {
+            let file = match self.fs.open_direct(&path) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.fs.open(&path),
+                other => other,
+            }
+            .map_err(io)?;
+            (file, Some(DirectBuf::new(kept)))
+        } else {
+            (self.fs.open(&path).map_err(io)?, None)
+        };
+        Ok(Tail {
+            file,
+            path,
+            offset,
+            dir_sync_due: false,
+            direct,
+            spare_requested: false,
+        })
+    }
+
+    /// Takes the ready spare, waiting for the spare thread if it is not ready yet (or asking
+    /// for it if a single batch crossed the whole second half of the tail).
+    fn take_spare(&self) -> Result<PathBuf, WalError> {
+        let mut sp = self.spare.lock();
+        let mut waited = false;
+        let path = loop {
+            match std::mem::replace(&mut sp.state, SpareState::Idle) {
+                SpareState::Ready(path) => break path,
+                SpareState::Idle => {
+                    sp.state = SpareState::Wanted;
+                    self.spare_cv.notify_all();
+                }
+                SpareState::Failed(e) => {
+                    sp.state = SpareState::Failed(e.clone());
+                    return Err(e);
+                }
+                other => {
+                    sp.state = other;
+                    waited = true;
+                    self.spare_cv.wait(&mut sp);
+                }
+            }
+        };
+        self.spare_cv.notify_all();
+        drop(sp);
+        if waited {
+            self.state.lock().spare_waits += 1;
+        }
+        Ok(path)
+    }
+
+    /// The spare thread: prepares a spare whenever one is wanted, until `close`.
+    fn spare_loop(self: Arc<Self>) {
+        let mut sp = self.spare.lock();
+        loop {
+            if sp.stop {
+                return;
+            }
+            if !matches!(sp.state, SpareState::Wanted) {
+                self.spare_cv.wait(&mut sp);
+                continue;
+            }
+            sp.state = SpareState::Preparing;
+            sp.made += 1;
+            let path = self.dir.join(format::spare_name(self.nonce, sp.made));
+            let result = parking_lot::MutexGuard::unlocked(&mut sp, || {
+                prepare_file(self.fs.as_ref(), &path, &self.opts)
+            });
+            sp.state = match result {
+                Ok(_) => SpareState::Ready(path),
+                Err(e) => SpareState::Failed(e),
+            };
+            self.spare_cv.notify_all();
+        }
     }
 }
 

@@ -10,8 +10,11 @@
 //! | bad record in an older segment                        | error  | error            | cut, drop later segments |
 //! | newest segment without a header (crash while creating)| error  | drop the file    | drop    |
 //! | bad header elsewhere, LSN gap, another log's segment  | error  | error            | cut before it |
+//! | a spare file (`*.spare`, a segment prepared ahead)    | remove | remove           | remove  |
 //!
 //! "error" is `WalError::Corrupt` naming the file and offset; nothing is changed on disk.
+//! A spare is removed in every mode: it never holds an acknowledged record (a spare becomes a
+//! segment by a rename that is made durable before anything written to it is acknowledged).
 
 use std::path::{Path, PathBuf};
 
@@ -215,15 +218,34 @@ fn drop_segments(fs: &dyn FileSystem, dir: &Path, segs: &[(Lsn, PathBuf)]) -> Re
     fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))
 }
 
+/// Removes leftover spare files (see [`format::spare_name`]); returns how many.
+fn remove_spares(fs: &dyn FileSystem, dir: &Path) -> Result<usize, WalError> {
+    let mut n = 0;
+    for p in fs.list(dir).map_err(|e| WalError::io(dir, e))? {
+        if p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(format::is_spare_name)
+        {
+            fs.remove(&p).map_err(|e| WalError::io(&p, e))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Finds the end of the log in `dir` (None if there is no segment yet).
 pub(crate) fn recover(
     fs: &dyn FileSystem,
     dir: &Path,
     mode: RecoveryMode,
 ) -> Result<Option<Found>, WalError> {
+    // No directory sync needed: a spare that comes back after a crash is removed again.
+    remove_spares(fs, dir)?;
     let mut segs = list_segments(fs, dir)?;
     let mut log_id = None;
     let mut expected: Option<Lsn> = None;
+    // End offset of the last segment scanned (the tail, once the loop is done).
+    let mut tail_end = 0;
     let mut i = 0;
     while i < segs.len() {
         let (first, path) = segs[i].clone();
@@ -259,6 +281,7 @@ pub(crate) fn recover(
         log_id = Some(h.log_id);
         let end = scan_segment::<WalError>(file.as_ref(), &path, h.log_id, first, |_, _| Ok(true))?;
         expected = Some(end.last_lsn + 1);
+        tail_end = end.end;
         if let Some((offset, why)) = end.bad {
             let torn_tail = is_last
                 && mode == RecoveryMode::TolerateTornTail
@@ -283,19 +306,14 @@ pub(crate) fn recover(
         }
         return Ok(None);
     };
-    let (tail_first, tail_path) = segs.last().cloned().expect("at least one segment");
-    let file = fs
-        .open(&tail_path)
-        .map_err(|e| WalError::io(&tail_path, e))?;
-    let end = scan_segment::<WalError>(file.as_ref(), &tail_path, log_id, tail_first, |_, _| {
-        Ok(true)
-    })?;
+    let (_, tail_path) = segs.last().cloned().expect("at least one segment");
+    let last_lsn = expected.expect("a segment was scanned") - 1;
     Ok(Some(Found {
         log_id,
-        last_lsn: end.last_lsn,
+        last_lsn,
         segments: segs,
         tail_path,
-        tail_end: end.end,
+        tail_end,
     }))
 }
 

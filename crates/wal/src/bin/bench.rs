@@ -1,14 +1,21 @@
-//! `cairn-wal-bench [DIR] [--quick]`: the log against the raw write bound of the same disk,
+//! `cairn-wal-bench [DIR] [--quick] [--sizes=100,1024,1048576] [--no-recovery]`: the log against the raw write bound of the same disk,
 //! in one run (Mashona's SimpleHardwareBenchmark idea).
 //!
 //! ```text
-//!   raw bound: one file, write(entry) + fdatasync per entry (buffered, then O_DIRECT)
-//!   log:       Log::append per entry, sync and async, 1 and 4 threads, 64 committers
-//!   recovery:  Log::open + read of every record  vs  a plain sequential read of the files
+//!   raw bound: write(entry) + fdatasync per entry, overwriting a preallocated, zero-filled
+//!              file (what the log does to a ZeroFill segment), buffered and O_DIRECT;
+//!              plus, for reference only, appending to a fresh file (each fdatasync also
+//!              commits the file's growth)
+//!   log:       Log::append per entry with the server's segment preparation (ZeroFill),
+//!              buffered and O_DIRECT; sync and async, 1 and 4 threads, 64 committers
+//!   recovery:  Log::open + read of every record  vs  a plain sequential read of the files,
+//!              with a warm and (when /proc/sys/vm/drop_caches can be written) a cold cache
 //! ```
 //!
-//! Prints a markdown table. Each row runs for a fixed number of entries (not a fixed time),
-//! so the figures are throughput over the same work.
+//! Prints a markdown table. The ratio column compares a row with the best raw overwrite row
+//! of the same entry size (the faster of buffered and O_DIRECT; named under the table), and
+//! a recovery row with the raw read of the same cache state. Each row runs for a fixed number
+//! of entries (not a fixed time), so the figures are throughput over the same work.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -17,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cairn_wal::{Durability, FileSystem, Log, LogOptions, RealFs, WalError};
+use cairn_wal::{Durability, FileSystem, Log, LogOptions, Prealloc, RealFs, WalError};
 
 struct Row {
     name: String,
@@ -25,74 +32,135 @@ struct Row {
     bytes: u64,
     secs: f64,
     fsyncs: Option<u64>,
+    notes: String,
 }
 
 impl Row {
-    fn print(&self, bound: Option<f64>) {
-        let mb_s = self.bytes as f64 / self.secs / 1e6;
-        let ratio = bound.map_or(String::from("-"), |b| format!("{:.2}x", mb_s / b));
+    fn mb_s(&self) -> f64 {
+        self.bytes as f64 / self.secs / 1e6
+    }
+
+    fn print(&self, bound_mb_s: Option<f64>) {
+        let ratio = bound_mb_s.map_or(String::from("-"), |b| format!("{:.2}x", self.mb_s() / b));
         let fsyncs = self.fsyncs.map_or(String::from("-"), |f| f.to_string());
         println!(
-            "| {} | {} | {:.0} | {:.1} | {} | {} |",
+            "| {} | {} | {:.0} | {:.1} | {} | {} | {} |",
             self.name,
             self.entries,
             self.entries as f64 / self.secs,
-            mb_s,
+            self.mb_s(),
             fsyncs,
-            ratio
+            ratio,
+            self.notes
         );
+        std::io::stdout().flush().ok();
     }
 }
 
-fn raw(dir: &Path, size: usize, count: u64, direct: bool) -> Row {
+/// A 4 KiB-aligned buffer of `len` bytes inside a larger Vec (no unsafe allocation).
+fn aligned(len: usize, fill: u8) -> (Vec<u8>, usize) {
+    let mut buf = vec![fill; len + 4096];
+    let shift = (4096 - buf.as_ptr() as usize % 4096) % 4096;
+    buf.truncate(shift + len);
+    (buf, shift)
+}
+
+/// How the raw bound's file is prepared.
+#[derive(Clone, Copy, PartialEq)]
+enum RawFile {
+    /// Zero-filled and fdatasync'd before the clock starts; entries overwrite it.
+    Overwrite,
+    /// A fresh empty file; every entry grows it.
+    Append,
+}
+
+fn raw(dir: &Path, size: usize, count: u64, direct: bool, kind: RawFile) -> Row {
     let path = dir.join(if direct { "raw-direct" } else { "raw-buffered" });
     let _ = std::fs::remove_file(&path);
-    let mut o = OpenOptions::new();
-    o.create(true).write(true).read(true);
-    if direct {
-        o.custom_flags(libc::O_DIRECT);
-    }
-    let f = o.open(&path).expect("open raw file");
     // O_DIRECT needs 4 KiB-aligned buffers and lengths: round the entry up.
     let len = if direct {
         size.div_ceil(4096) * 4096
     } else {
         size
     };
-    let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
-    let mut buf = vec![0u8; len + 4096];
-    let shift = buf.as_ptr().align_offset(layout.align());
-    let aligned = &mut buf[shift..shift + len];
-    aligned.fill(0xab);
+    let total = (count * len as u64).div_ceil(4096) * 4096;
+    if kind == RawFile::Overwrite {
+        let f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create raw file");
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < total {
+            let n = zeros.len().min((total - at) as usize);
+            f.write_all_at(&zeros[..n], at).expect("zero fill");
+            at += n as u64;
+        }
+        f.sync_all().expect("sync zero fill");
+    }
+    let mut o = OpenOptions::new();
+    o.create(true).write(true).read(true);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    let f = o.open(&path).expect("open raw file");
+    let (buf, shift) = aligned(len, 0xab);
+    let entry = &buf[shift..shift + len];
     let t = Instant::now();
     let mut off = 0u64;
     for _ in 0..count {
-        f.write_all_at(aligned, off).expect("raw write");
+        f.write_all_at(entry, off).expect("raw write");
         f.sync_data().expect("raw fdatasync");
         off += len as u64;
     }
     let secs = t.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&path);
+    let mode = if direct { "O_DIRECT" } else { "buffered" };
     Row {
-        name: format!(
-            "raw write+fdatasync {} ({} B)",
-            if direct { "O_DIRECT" } else { "buffered" },
-            size
-        ),
+        name: match kind {
+            RawFile::Overwrite => format!("raw overwrite+fdatasync {mode} ({size} B)"),
+            RawFile::Append => {
+                format!("(reference) raw append to a fresh file+fdatasync {mode} ({size} B)")
+            }
+        },
         entries: count,
         bytes: count * size as u64,
         secs,
         fsyncs: Some(count),
+        notes: String::new(),
     }
 }
 
-fn log_run(dir: &Path, size: usize, count: u64, threads: u64, durability: Durability) -> Row {
-    let dir = dir.join(format!("log-{size}-{threads}-{durability:?}"));
+/// One log configuration.
+#[derive(Clone, Copy)]
+struct LogRun {
+    size: usize,
+    count: u64,
+    threads: u64,
+    durability: Durability,
+    direct_io: bool,
+    prealloc: Prealloc,
+}
+
+fn log_run(dir: &Path, r: LogRun) -> Row {
+    let LogRun {
+        size,
+        count,
+        threads,
+        durability,
+        direct_io,
+        prealloc,
+    } = r;
+    let dir = dir.join(format!("log-{size}-{threads}-{durability:?}-{direct_io}"));
     let _ = std::fs::remove_dir_all(&dir);
     let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
     let opts = LogOptions {
         durability,
         max_record_bytes: 2 << 20,
+        direct_io,
+        prealloc,
         ..LogOptions::default()
     };
     let log = Arc::new(Log::open(fs, &dir, opts).expect("open log"));
@@ -115,47 +183,39 @@ fn log_run(dir: &Path, size: usize, count: u64, threads: u64, durability: Durabi
     }
     log.sync().expect("final sync");
     let secs = t.elapsed().as_secs_f64();
-    let fsyncs = log.stats().fsync_count;
+    let stats = log.stats();
     drop(log);
     let _ = std::fs::remove_dir_all(&dir);
+    let io = if direct_io { "O_DIRECT" } else { "buffered" };
+    let prep = match prealloc {
+        Prealloc::ZeroFill => "",
+        Prealloc::SetLen => " SetLen",
+    };
     Row {
-        name: format!("log {durability:?} {threads} thread(s) ({size} B)"),
+        name: format!("log {durability:?} {threads} thread(s) {io}{prep} ({size} B)"),
         entries: per_thread * threads,
         bytes: per_thread * threads * size as u64,
         secs,
-        fsyncs: Some(fsyncs),
+        fsyncs: Some(stats.fsync_count),
+        notes: format!(
+            "fsync p50 {} us, spare waits {}, backpressure waits {}",
+            stats.fsync_latency_us_p50, stats.spare_waits, stats.backpressure_waits
+        ),
     }
 }
 
-fn recovery(dir: &Path, total_mb: u64) -> (Row, Row) {
-    let dir = dir.join("recovery");
-    let _ = std::fs::remove_dir_all(&dir);
-    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
-    let opts = LogOptions {
-        durability: Durability::Async,
-        ..LogOptions::default()
-    };
-    let payload = vec![0x5au8; 100];
-    let count = total_mb * 1_000_000 / 116;
-    {
-        let log = Log::open(Arc::clone(&fs), &dir, opts.clone()).expect("open");
-        for _ in 0..count {
-            log.append_nowait(&payload).expect("append");
-        }
-        log.close().expect("close");
-    }
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("dir")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    let bytes: u64 = files
-        .iter()
-        .map(|p| std::fs::metadata(p).expect("meta").len())
-        .sum();
+/// Empties the page cache (needs root); false if that is not allowed here.
+fn drop_caches() -> bool {
+    // Dirty pages would stay cached: write them back first.
+    let _ = std::process::Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+fn raw_read(files: &[PathBuf]) -> (u64, f64) {
     let t = Instant::now();
     let mut buf = vec![0u8; 4 << 20];
     let mut read = 0u64;
-    for p in &files {
+    for p in files {
         let f = std::fs::File::open(p).expect("open");
         let mut off = 0;
         loop {
@@ -167,39 +227,101 @@ fn recovery(dir: &Path, total_mb: u64) -> (Row, Row) {
             off += n as u64;
         }
     }
-    let raw_secs = t.elapsed().as_secs_f64();
-    assert_eq!(read, bytes);
+    (read, t.elapsed().as_secs_f64())
+}
+
+/// Open + read_from(1): (seconds for open, seconds in total).
+fn log_scan(fs: &Arc<dyn FileSystem>, dir: &Path, opts: &LogOptions, count: u64) -> (f64, f64) {
     let t = Instant::now();
-    let log = Log::open(Arc::clone(&fs), &dir, opts).expect("reopen");
+    let log = Log::open(Arc::clone(fs), dir, opts.clone()).expect("reopen");
+    let open_secs = t.elapsed().as_secs_f64();
     let mut seen = 0u64;
     log.read_from::<WalError>(1, |_, p| {
         seen += p.len() as u64;
         Ok(())
     })
     .expect("scan");
-    let log_secs = t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     assert_eq!(seen, count * 100);
     drop(log);
+    (open_secs, secs)
+}
+
+fn recovery(dir: &Path, total_mb: u64) -> Vec<(Row, Row)> {
+    let dir = dir.join("recovery");
     let _ = std::fs::remove_dir_all(&dir);
-    (
-        Row {
-            name: format!(
-                "raw sequential read of the segment files ({} MiB)",
-                bytes >> 20
-            ),
-            entries: count,
-            bytes,
-            secs: raw_secs,
-            fsyncs: None,
-        },
-        Row {
-            name: "log open + scan of every record".to_string(),
-            entries: count,
-            bytes,
-            secs: log_secs,
-            fsyncs: None,
-        },
-    )
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    let opts = LogOptions {
+        durability: Durability::Async,
+        prealloc: Prealloc::ZeroFill,
+        ..LogOptions::default()
+    };
+    let payload = vec![0x5au8; 100];
+    let count = total_mb * 1_000_000 / 116;
+    {
+        let log = Log::open(Arc::clone(&fs), &dir, opts.clone()).expect("open");
+        for _ in 0..count {
+            log.append_nowait(&payload).expect("append");
+        }
+        log.close().expect("close");
+    }
+    // Opening removes the spare the writer left, so the raw read sees the same files.
+    drop(Log::open(Arc::clone(&fs), &dir, opts.clone()).expect("open"));
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    let bytes: u64 = files
+        .iter()
+        .map(|p| std::fs::metadata(p).expect("meta").len())
+        .sum();
+    let mut out = Vec::new();
+    let caches = if drop_caches() {
+        vec!["warm", "cold"]
+    } else {
+        println!("(cannot write /proc/sys/vm/drop_caches: no cold-cache rows)");
+        vec!["warm"]
+    };
+    for cache in caches {
+        let cold = cache == "cold";
+        if cold {
+            drop_caches();
+        } else {
+            raw_read(&files);
+        }
+        let (read, raw_secs) = raw_read(&files);
+        assert_eq!(read, bytes);
+        if cold {
+            drop_caches();
+        } else {
+            log_scan(&fs, &dir, &opts, count);
+        }
+        let (open_secs, log_secs) = log_scan(&fs, &dir, &opts, count);
+        out.push((
+            Row {
+                name: format!(
+                    "raw sequential read of the segment files, {cache} cache ({} MiB)",
+                    bytes >> 20
+                ),
+                entries: count,
+                bytes,
+                secs: raw_secs,
+                fsyncs: None,
+                notes: String::new(),
+            },
+            Row {
+                name: format!("log open + read_from(1) of every record, {cache} cache"),
+                entries: count,
+                bytes,
+                secs: log_secs,
+                fsyncs: None,
+                notes: format!("open {:.0} ms", open_secs * 1e3),
+            },
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    out
 }
 
 fn main() {
@@ -212,25 +334,87 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from("target/wal-bench"));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let scale = if quick { 10 } else { 1 };
-    println!("| run | entries | entries/s | MB/s | fdatasyncs | vs raw buffered |");
-    println!("|---|---|---|---|---|---|");
+    let sizes: Option<Vec<usize>> = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--sizes="))
+        .map(|l| {
+            l.split(',')
+                .map(|n| n.parse().expect("--sizes=N,N"))
+                .collect()
+        });
+    let with_recovery = !args.iter().any(|a| a == "--no-recovery");
+    println!("| run | entries | entries/s | MB/s | fdatasyncs | vs best raw overwrite | notes |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut bounds = Vec::new();
     for (size, count) in [(100usize, 5000u64), (1024, 5000), (1 << 20, 500)] {
+        if sizes.as_ref().is_some_and(|s| !s.contains(&size)) {
+            continue;
+        }
         let count = count / scale;
-        let bound = raw(&dir, size, count, false);
-        let bound_mb = bound.bytes as f64 / bound.secs / 1e6;
-        bound.print(None);
-        raw(&dir, size, count, true).print(Some(bound_mb));
-        for threads in [1, 4] {
-            log_run(&dir, size, count, threads, Durability::Sync).print(Some(bound_mb));
+        let buffered = raw(&dir, size, count, false, RawFile::Overwrite);
+        let direct = raw(&dir, size, count, true, RawFile::Overwrite);
+        let (best, which) = if direct.mb_s() > buffered.mb_s() {
+            (direct.mb_s(), "O_DIRECT")
+        } else {
+            (buffered.mb_s(), "buffered")
+        };
+        bounds.push(format!("{size} B: {which} ({best:.1} MB/s)"));
+        buffered.print(Some(best));
+        direct.print(Some(best));
+        raw(&dir, size, count, false, RawFile::Append).print(Some(best));
+        let base = LogRun {
+            size,
+            count,
+            threads: 1,
+            durability: Durability::Sync,
+            direct_io: false,
+            prealloc: Prealloc::ZeroFill,
+        };
+        for direct_io in [false, true] {
+            for threads in [1, 4] {
+                let r = LogRun {
+                    threads,
+                    direct_io,
+                    ..base
+                };
+                log_run(&dir, r).print(Some(best));
+            }
+            let r = LogRun {
+                count: count * 10,
+                durability: Durability::Async,
+                direct_io,
+                ..base
+            };
+            log_run(&dir, r).print(Some(best));
+            if size == 100 {
+                let r = LogRun {
+                    count: 200_000 / scale,
+                    threads: 64,
+                    direct_io,
+                    ..base
+                };
+                log_run(&dir, r).print(Some(best));
+            }
         }
-        log_run(&dir, size, count * 10, 1, Durability::Async).print(Some(bound_mb));
-        if size == 100 {
-            log_run(&dir, size, 200_000 / scale, 64, Durability::Sync).print(Some(bound_mb));
+        if size == 1 << 20 {
+            let r = LogRun {
+                prealloc: Prealloc::SetLen,
+                ..base
+            };
+            log_run(&dir, r).print(Some(best));
         }
-        std::io::stdout().flush().ok();
     }
-    let (raw_read, scan) = recovery(&dir, if quick { 64 } else { 1024 });
-    let raw_mb = raw_read.bytes as f64 / raw_read.secs / 1e6;
-    raw_read.print(None);
-    scan.print(Some(raw_mb));
+    let recovery_runs = if with_recovery {
+        recovery(&dir, if quick { 64 } else { 1024 })
+    } else {
+        Vec::new()
+    };
+    for (raw_read, scan) in recovery_runs {
+        let raw_mb = raw_read.mb_s();
+        raw_read.print(None);
+        scan.print(Some(raw_mb));
+    }
+    println!();
+    println!("best raw overwrite per entry size: {}", bounds.join("; "));
+    println!("recovery rows: ratio against the raw read with the same cache state");
 }
