@@ -115,6 +115,8 @@ pub struct PersistConfig {
     pub checkpoint_rate_mb_s: u64,
     /// Size of a log segment file.
     pub segment_bytes: u64,
+    /// Write the log with O_DIRECT (see `cairn_wal::LogOptions::direct_io`).
+    pub direct_io: bool,
     /// The file system (the real disk, or a fault-injecting one in tests).
     pub fs: Arc<dyn FileSystem>,
 }
@@ -297,6 +299,7 @@ impl Persistence {
                 segment_bytes: config.segment_bytes,
                 max_record_bytes: store_config.item_size_max_bytes + 1024,
                 prealloc: cairn_wal::Prealloc::ZeroFill,
+                direct_io: config.direct_io,
                 ..LogOptions::default()
             },
         )?);

@@ -18,6 +18,7 @@ fn config(fs: Arc<dyn FileSystem>, root: &Path) -> PersistConfig {
         chkpt_interval_min_logsize_mb: 256,
         checkpoint_rate_mb_s: 0,
         segment_bytes: 8 << 10,
+        direct_io: false,
         fs,
     }
 }
@@ -210,18 +211,22 @@ fn a_failed_fdatasync_refuses_writes() {
 
 #[test]
 fn real_disk_round_trip() {
+    // Both ways of writing the log, each over the other's files.
     let tmp = tempfile::tempdir().unwrap();
     let mut model = Model::new();
-    {
-        let p = Persistence::open(config(Arc::new(RealFs), tmp.path()), StoreConfig::default())
-            .unwrap();
-        workload(&p, &mut model, 1);
+    let config = |direct_io| PersistConfig {
+        direct_io,
+        ..config(Arc::new(RealFs), tmp.path())
+    };
+    for (round, direct_io) in [(1, true), (3, false), (5, true)] {
+        let p = Persistence::open(config(direct_io), StoreConfig::default()).unwrap();
+        assert_eq!(contents(&p), model, "direct_io {direct_io}");
+        workload(&p, &mut model, round);
         p.checkpoint().unwrap();
-        workload(&p, &mut model, 2);
+        workload(&p, &mut model, round + 1);
         p.close().unwrap();
     }
-    let p =
-        Persistence::open(config(Arc::new(RealFs), tmp.path()), StoreConfig::default()).unwrap();
+    let p = Persistence::open(config(false), StoreConfig::default()).unwrap();
     assert_eq!(contents(&p), model);
 }
 

@@ -61,10 +61,12 @@ pub struct Config {
     pub chkpt_interval_min_logsize: u64,
     /// Snapshot write rate limit in MiB/s (0 = unlimited), to keep serving at full speed.
     pub checkpoint_rate_mb_s: u64,
-    /// Size of one command log segment file in MiB. Segments are zero-filled when created:
-    /// overwriting allocated blocks made fdatasync cheaper here than appending to a sparse file
-    /// (111K vs 94K sync inserts/s, docs/BENCHMARKS.md).
+    /// Size of one command log segment file in MiB. Segments are zero-filled before use, so
+    /// that an fdatasync flushes data only, not the file's extent metadata.
     pub log_segment_mb: u64,
+    /// Write the command log with O_DIRECT (whole 4 KiB blocks, no page cache). Faster sync
+    /// writes here (docs/BENCHMARKS.md); turned off where the file system refuses O_DIRECT.
+    pub log_direct_io: bool,
 }
 
 impl Default for Config {
@@ -92,6 +94,7 @@ impl Default for Config {
             chkpt_interval_min_logsize: 256,
             checkpoint_rate_mb_s: 64,
             log_segment_mb: 64,
+            log_direct_io: true,
         }
     }
 }
@@ -143,6 +146,9 @@ pub struct Flags {
     /// Size of one command log segment file in MiB (each is zero-filled when created).
     #[arg(long)]
     pub log_segment_mb: Option<u64>,
+    /// Write the command log with O_DIRECT (true or false).
+    #[arg(long)]
+    pub log_direct_io: Option<bool>,
 }
 
 /// Why the server refuses to start.
@@ -233,6 +239,9 @@ impl Config {
         }
         if let Some(v) = flags.log_segment_mb {
             c.log_segment_mb = v;
+        }
+        if let Some(v) = flags.log_direct_io {
+            c.log_direct_io = v;
         }
         c.validate()?;
         Ok(c)

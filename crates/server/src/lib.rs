@@ -81,6 +81,7 @@ impl Ctx {
                         chkpt_interval_min_logsize_mb: config.chkpt_interval_min_logsize,
                         checkpoint_rate_mb_s: config.checkpoint_rate_mb_s,
                         segment_bytes: config.log_segment_mb << 20,
+                        direct_io: config.log_direct_io,
                         fs: Arc::new(cairn_wal::RealFs),
                     },
                     store_config,

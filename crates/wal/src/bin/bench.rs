@@ -204,6 +204,46 @@ fn log_run(dir: &Path, r: LogRun) -> Row {
     }
 }
 
+/// `committers` writers multiplexed on one thread, as the server's connection tasks are: each
+/// appends a 100-byte record, then all wait until their records are durable, then all go
+/// again. Every committer's append is acknowledged only after the fdatasync covering it.
+fn committers_one_thread(dir: &Path, committers: u64, count: u64, direct_io: bool) -> Row {
+    let dir = dir.join(format!("log-committers-{committers}-{direct_io}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    let opts = LogOptions {
+        // The server's setting: appends never block, callers wait for their own LSN.
+        durability: Durability::Async,
+        direct_io,
+        prealloc: Prealloc::ZeroFill,
+        ..LogOptions::default()
+    };
+    let log = Log::open(fs, &dir, opts).expect("open log");
+    let payload = vec![0xcdu8; 100];
+    let rounds = count / committers;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        let mut last = 0;
+        for _ in 0..committers {
+            last = log.append_nowait(&payload).expect("append");
+        }
+        log.wait_durable(last).expect("durable");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let stats = log.stats();
+    drop(log);
+    let _ = std::fs::remove_dir_all(&dir);
+    let io = if direct_io { "O_DIRECT" } else { "buffered" };
+    Row {
+        name: format!("log Sync {committers} committers on 1 thread {io} (100 B)"),
+        entries: rounds * committers,
+        bytes: rounds * committers * 100,
+        secs,
+        fsyncs: Some(stats.fsync_count),
+        notes: format!("fsync p50 {} us", stats.fsync_latency_us_p50),
+    }
+}
+
 /// Empties the page cache (needs root); false if that is not allowed here.
 fn drop_caches() -> bool {
     // Dirty pages would stay cached: write them back first.
@@ -394,6 +434,7 @@ fn main() {
                     ..base
                 };
                 log_run(&dir, r).print(Some(best));
+                committers_one_thread(&dir, 64, 200_000 / scale, direct_io).print(Some(best));
             }
         }
         if size == 1 << 20 {
