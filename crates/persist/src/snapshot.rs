@@ -201,13 +201,16 @@ fn read_exact(
 /// checksum passed). Returns (lsn, items). Any damage is an error naming the offset.
 ///
 /// ```text
-///   calling thread: read block ─> check CRC ─> channel (bounded) ─┬─> worker 1: decode, f(item)
-///                                                                 └─> worker n: decode, f(item)
+///   calling thread: header, trailer, then every block's 8-byte head ─> block index
+///   worker k of n:  the k-th contiguous part of the index: read block, check CRC, decode,
+///                   f(item)
 /// ```
 ///
 /// `f` runs on `workers` threads at once, in no particular order: a snapshot holds each key
-/// once, so the order items are applied in does not change the result. On an error some items
-/// may already have been passed to `f` (the caller discards them).
+/// once, so the order items are applied in does not change the result. Each worker takes a
+/// contiguous part of the file, and the file is written shard by shard, so workers mostly
+/// fill different store shards. On an error some items may already have been passed to `f`
+/// (the caller discards them).
 pub fn load(
     fs: &dyn FileSystem,
     path: &Path,
@@ -247,67 +250,63 @@ pub fn load(
     let want_items = u64::from_le_bytes(t[12..20].try_into().expect("8 bytes"));
     let want_blocks = u64::from_le_bytes(t[20..28].try_into().expect("8 bytes"));
 
-    let workers = workers.max(1);
-    // (file offset of the block's bytes, the bytes); a few blocks in flight bound the memory.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(workers * 2);
-    let rx = std::sync::Mutex::new(rx);
-    let apply = || -> Result<u64, PersistError> {
+    // The block index: (offset of the block's head, length, CRC), from the heads alone.
+    let mut index = Vec::new();
+    let mut offset = HEADER_LEN as u64;
+    while offset < trailer_at {
+        let mut head = [0u8; 8];
+        read_exact(file.as_ref(), path, offset, &mut head)?;
+        let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as u64;
+        let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+        if len == 0 || offset + 8 + len > trailer_at {
+            return Err(bad(path, offset, "bad block length"));
+        }
+        index.push((offset, len as usize, crc));
+        offset += 8 + len;
+    }
+    if index.len() as u64 != want_blocks {
+        return Err(bad(
+            path,
+            trailer_at,
+            "trailer counts do not match the blocks",
+        ));
+    }
+    let load_part = |part: &[(u64, usize, u32)]| -> Result<u64, PersistError> {
         let mut items = 0u64;
-        loop {
-            let next = rx.lock().expect("a worker panicked").recv();
-            let Ok((at, block)) = next else {
-                return Ok(items);
-            };
+        let mut block = Vec::new();
+        for &(at, len, crc) in part {
+            block.resize(len, 0);
+            read_exact(file.as_ref(), path, at + 8, &mut block)?;
+            if crc32c::crc32c(&block) != crc {
+                return Err(bad(path, at, "block checksum mismatch"));
+            }
             let mut p = 0usize;
             while p < block.len() {
                 let item = decode_item(&block[p..])
-                    .ok_or_else(|| bad(path, at + p as u64, "bad item in block"))?;
+                    .ok_or_else(|| bad(path, at + 8 + p as u64, "bad item in block"))?;
                 p += 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
                 f(item);
                 items += 1;
             }
         }
+        Ok(items)
     };
-    let read_blocks = |tx: std::sync::mpsc::SyncSender<(u64, Vec<u8>)>| {
-        let mut offset = HEADER_LEN as u64;
-        let mut blocks = 0u64;
-        while offset < trailer_at {
-            let mut head = [0u8; 8];
-            read_exact(file.as_ref(), path, offset, &mut head)?;
-            let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as u64;
-            let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
-            if len == 0 || offset + 8 + len > trailer_at {
-                return Err(bad(path, offset, "bad block length"));
-            }
-            let mut block = vec![0u8; len as usize];
-            read_exact(file.as_ref(), path, offset + 8, &mut block)?;
-            if crc32c::crc32c(&block) != crc {
-                return Err(bad(path, offset, "block checksum mismatch"));
-            }
-            if tx.send((offset + 8, block)).is_err() {
-                // Every worker stopped on an error; theirs is the one to report.
-                break;
-            }
-            offset += 8 + len;
-            blocks += 1;
-        }
-        Ok(blocks)
-    };
-    let (read, applied) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers).map(|_| s.spawn(apply)).collect();
-        let read = read_blocks(tx);
-        let applied: Vec<_> = handles
+    let part_len = index.len().div_ceil(workers.max(1)).max(1);
+    let counts: Vec<Result<u64, PersistError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = index
+            .chunks(part_len)
+            .map(|part| s.spawn(move || load_part(part)))
+            .collect();
+        handles
             .into_iter()
             .map(|h| h.join().expect("a snapshot worker panicked"))
-            .collect();
-        (read, applied)
+            .collect()
     });
     let mut items = 0u64;
-    for a in applied {
-        items += a?;
+    for c in counts {
+        items += c?;
     }
-    let blocks = read?;
-    if items != want_items || blocks != want_blocks {
+    if items != want_items {
         return Err(bad(
             path,
             trailer_at,
