@@ -19,7 +19,6 @@
 //! `output_buffer_max`. A client that does not read its replies therefore stops being read
 //! from, and the server holds at most one batch of input plus `output_buffer_max` for it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_persist::Mode;
@@ -90,19 +89,14 @@ async fn wait_durable(ctx: &Ctx, lsn: u64) -> bool {
     if lsn == u64::MAX {
         return false;
     }
-    let mut rx = ctx.durable.clone();
-    if *rx.borrow() >= lsn {
-        return true;
-    }
     if let Some(p) = &ctx.persist {
+        if p.durable_lsn() >= lsn {
+            return true;
+        }
+        // In async mode this makes the syncer write now rather than at its next interval.
         p.request_durable(lsn);
     }
-    let refused = Arc::clone(&ctx.writes_refused);
-    let _ = rx
-        .wait_for(|d| *d >= lsn || refused.load(Ordering::SeqCst))
-        .await;
-    let durable = *rx.borrow() >= lsn;
-    durable
+    ctx.durable.wait(lsn).await
 }
 
 /// Writes the output; in sync mode (or after a failed append) it first waits until this

@@ -16,6 +16,7 @@
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod durable;
 pub mod metrics;
 pub mod server;
 pub mod stats;
@@ -38,8 +39,8 @@ pub struct Ctx {
     pub store: Arc<Store>,
     /// Command log and checkpoints; None in `off` mode.
     pub persist: Option<Arc<Persistence>>,
-    /// The highest durable log LSN, pushed by the log's syncer; connections wait on it.
-    pub durable: tokio::sync::watch::Receiver<u64>,
+    /// Connections waiting for their writes to be durable, woken by the log's syncer.
+    pub durable: Arc<durable::DurableWaiters>,
     /// Set when the log failed (fdatasync error, full disk): writes are refused from then on.
     pub writes_refused: Arc<AtomicBool>,
     /// Settings in force (fixed after start).
@@ -66,7 +67,7 @@ impl Ctx {
             item_size_max_bytes: config.item_size_max,
             shard_count: 64,
         };
-        let (durable_tx, durable) = tokio::sync::watch::channel(0u64);
+        let mut durable = Arc::new(durable::DurableWaiters::new(0));
         let writes_refused = Arc::new(AtomicBool::new(false));
         let (store, persist) = match config.mode() {
             Mode::Off => (Arc::new(Store::new(store_config, None)), None),
@@ -88,17 +89,16 @@ impl Ctx {
                 )
                 .map_err(|e| format!("refusing to start: recovery failed: {e}"))?;
                 let p = Arc::new(p);
-                durable_tx.send_replace(p.durable_lsn());
+                durable = Arc::new(durable::DurableWaiters::new(p.durable_lsn()));
                 let refused = Arc::clone(&writes_refused);
+                let waiters = Arc::clone(&durable);
                 p.on_durable(Box::new(move |r| match r {
-                    Ok(lsn) => {
-                        durable_tx.send_replace(lsn);
-                    }
+                    Ok(lsn) => waiters.advance(lsn),
                     Err(e) => {
                         tracing::error!("command log failed, refusing writes from now on: {e}");
                         refused.store(true, Ordering::SeqCst);
                         // Wake every waiter so it sees the refusal.
-                        durable_tx.send_modify(|_| {});
+                        waiters.fail();
                     }
                 }));
                 (p.store(), Some(p))
