@@ -204,7 +204,7 @@ pub struct Persistence {
     min_logsize_mb: AtomicU64,
 }
 
-/// Threads that load a snapshot at recovery: one per core.
+/// Threads that load the snapshot and replay the log at recovery: one per core.
 fn recovery_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
@@ -333,26 +333,27 @@ impl Persistence {
                 let path = config.data_path.join(snapshot::file_name(lsn));
                 tracing::info!("loading snapshot {}", path.display());
                 let now = now_unix();
-                let count = AtomicU64::new(0);
                 let result = snapshot::load(fs.as_ref(), &path, recovery_threads(), |it| {
+                    // An item that expired while cairn was down is not loaded at all.
                     if it.exptime == 0 || it.exptime > now {
-                        let _ = store.entry(it.key, now, |e| {
-                            let r = e.store(&[it.value], it.flags, it.exptime, Some(it.cas));
-                            if it.stale {
-                                e.update_meta(|m| m.stale = true);
-                            }
-                            r
-                        });
-                        let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-                        if n.is_multiple_of(1_000_000) {
-                            tracing::info!("recovery: {n} items loaded from the snapshot");
-                        }
+                        replay::apply(
+                            &store,
+                            now,
+                            record::Record::Stored {
+                                key: it.key,
+                                value: it.value,
+                                flags: it.flags,
+                                exptime: it.exptime,
+                                cas: it.cas,
+                                stale: it.stale,
+                            },
+                        );
                     }
                 });
                 match result {
-                    Ok((l, _)) => {
+                    Ok((l, items)) => {
                         loaded = Some(l);
-                        stats.recovered_items = count.into_inner();
+                        stats.recovered_items = items;
                         stats.snapshot_bytes = fs.open(&path).and_then(|f| f.size()).unwrap_or(0);
                         break;
                     }

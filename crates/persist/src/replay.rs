@@ -124,8 +124,8 @@ fn apply_loop(store: &Store, now: u32, rx: Receiver<Work>) {
     }
 }
 
-/// Sets the store to what one record says.
-fn apply(store: &Store, now: u32, rec: Record<'_>) {
+/// Sets the store to what one record says (snapshot items are applied as Stored records).
+pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) {
     match rec {
         Record::Stored {
             key,

@@ -17,6 +17,7 @@
 //! A file without a valid trailer is incomplete and is never loaded.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cairn_wal::{FileSystem, LogFile};
@@ -271,6 +272,8 @@ pub fn load(
             "trailer counts do not match the blocks",
         ));
     }
+    // Items read so far by all workers, for the progress log (added once per block).
+    let progress = AtomicU64::new(0);
     let load_part = |part: &[(u64, usize, u32)]| -> Result<u64, PersistError> {
         let mut items = 0u64;
         let mut block = Vec::new();
@@ -281,12 +284,21 @@ pub fn load(
                 return Err(bad(path, at, "block checksum mismatch"));
             }
             let mut p = 0usize;
+            let mut block_items = 0u64;
             while p < block.len() {
                 let item = decode_item(&block[p..])
                     .ok_or_else(|| bad(path, at + 8 + p as u64, "bad item in block"))?;
                 p += 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
                 f(item);
                 items += 1;
+                block_items += 1;
+            }
+            let before = progress.fetch_add(block_items, Ordering::Relaxed);
+            if (before + block_items) / 1_000_000 > before / 1_000_000 {
+                tracing::info!(
+                    "recovery: {} items read from the snapshot",
+                    (before + block_items) / 1_000_000 * 1_000_000
+                );
             }
         }
         Ok(items)

@@ -67,10 +67,14 @@ impl Ctx {
             item_size_max_bytes: config.item_size_max,
             shard_count: 64,
         };
-        let mut durable = Arc::new(durable::DurableWaiters::new(0));
         let writes_refused = Arc::new(AtomicBool::new(false));
-        let (store, persist) = match config.mode() {
-            Mode::Off => (Arc::new(Store::new(store_config, None)), None),
+        let (store, persist, durable) = match config.mode() {
+            Mode::Off => (
+                Arc::new(Store::new(store_config, None)),
+                None,
+                // Never waited on: nothing is logged.
+                Arc::new(durable::DurableWaiters::new(0)),
+            ),
             mode => {
                 let p = Persistence::open(
                     PersistConfig {
@@ -89,7 +93,7 @@ impl Ctx {
                 )
                 .map_err(|e| format!("refusing to start: recovery failed: {e}"))?;
                 let p = Arc::new(p);
-                durable = Arc::new(durable::DurableWaiters::new(p.durable_lsn()));
+                let durable = Arc::new(durable::DurableWaiters::new(p.durable_lsn()));
                 let refused = Arc::clone(&writes_refused);
                 let waiters = Arc::clone(&durable);
                 p.on_durable(Box::new(move |r| match r {
@@ -101,7 +105,7 @@ impl Ctx {
                         waiters.fail();
                     }
                 }));
-                (p.store(), Some(p))
+                (p.store(), Some(p), durable)
             }
         };
         let limits = cairn_proto::Limits {
