@@ -16,7 +16,9 @@
 //!    12  crc         4  CRC32C over log_id (8 bytes), then bytes 0..12 of this record, then
 //!                       the payload
 //!    16  payload   len
-//!   after the last record: zeros (preallocation) up to the end of the file
+//!   after the last record: the end marker, 16 zero bytes (a record header of zeros). Every
+//!     write of records carries one after them; the next write starts on top of it. Past
+//!     the marker: zeros in a new file, or the older records of a reused one.
 //!
 //! spare file "next-<nonce, 16 hex>-<seq>.spare": the next segment prepared ahead (zeros, no
 //!   header); renamed to a segment name and given its header when it becomes the tail.
@@ -26,6 +28,13 @@
 //! The CRC covers the record header as well as the payload, and is seeded with the log id, so
 //! a segment left over from another log (a reused or renamed file) cannot bring back records:
 //! its records fail the check. A record whose 16 header bytes are all zero marks the end.
+//!
+//! A segment file of this log can be reused for a later segment (`LogOptions::reuse_segments`):
+//! its header is zeroed, then rewritten with the new first LSN. Its old records stay behind
+//! the new ones, but a scan stops at the end marker, and every old record has an LSN below
+//! the new segment's first LSN, so none of them can pass for the next record (a scan accepts
+//! only the LSN it expects) or for a valid record past a torn one (recovery looks for LSNs
+//! above the last good one).
 
 /// Magic of a segment file.
 pub const MAGIC: &[u8; 8] = b"CAIRNWAL";
@@ -35,6 +44,8 @@ pub const VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 40;
 /// Bytes of a record header.
 pub const RECORD_HEADER_LEN: usize = 16;
+/// Written after the last record of every write: where a scan stops.
+pub const END_MARKER: [u8; RECORD_HEADER_LEN] = [0; RECORD_HEADER_LEN];
 
 /// A decoded segment header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,9 +31,10 @@ pub mod fault;
 pub mod format;
 pub mod fs;
 mod recovery;
+mod waiters;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -118,6 +119,11 @@ pub struct LogOptions {
     /// 522-665K; Async 1 MiB 586-906 vs 294-553. The server logs in async mode, where
     /// buffered wins for small records.
     pub direct_io: bool,
+    /// Segments dropped by [`Log::truncate_before`] are kept, up to this many, and become the
+    /// next segments instead of new files. A reused file is already allocated and written,
+    /// so writing it again needs neither a zero fill nor a metadata change. 0 deletes them.
+    /// Kept files are spares (see [`format::spare_name`]): reopening the log removes them.
+    pub reuse_segments: usize,
 }
 
 impl Default for LogOptions {
@@ -132,6 +138,7 @@ impl Default for LogOptions {
             recovery: RecoveryMode::TolerateTornTail,
             prealloc: Prealloc::SetLen,
             direct_io: false,
+            reuse_segments: 2,
         }
     }
 }
@@ -192,6 +199,8 @@ pub struct LogStats {
     pub backpressure_waits: u64,
     /// Segment switches that had to wait for the spare thread to finish preparing the file.
     pub spare_waits: u64,
+    /// Segments that reused the file of a truncated one (see [`LogOptions::reuse_segments`]).
+    pub segments_reused: u64,
     /// Segment files in the log.
     pub segments: usize,
     /// Bytes of all segment files (their preallocated size).
@@ -249,6 +258,10 @@ struct Spare {
     stop: bool,
     /// Spares made since open; numbers their file names.
     made: u64,
+    /// Files of truncated segments waiting to be reused: spares with a zeroed header.
+    reusable: Vec<PathBuf>,
+    /// See [`LogStats::segments_reused`].
+    reused: u64,
 }
 
 struct Shared {
@@ -259,8 +272,10 @@ struct Shared {
     /// Random per open, in spare file names: a spare of an earlier open never collides.
     nonce: u64,
     state: Mutex<State>,
-    /// Signalled when `durable_lsn` advances or the log is poisoned.
-    durable_cv: Condvar,
+    /// Threads in `wait_durable`, woken when `durable_lsn` covers them or the syncer stops.
+    waiters: waiters::Waiters,
+    /// Set once the syncer stopped (closed, poisoned or panicked): waiters stop waiting.
+    syncer_stopped: AtomicBool,
     /// Signalled when the syncer may have work.
     work_cv: Condvar,
     /// Signalled when the syncer takes the pending buffer, or the log stops: appends held back
@@ -429,7 +444,8 @@ impl Log {
                 backpressure_waits: 0,
                 spare_waits: 0,
             }),
-            durable_cv: Condvar::new(),
+            waiters: waiters::Waiters::default(),
+            syncer_stopped: AtomicBool::new(false),
             work_cv: Condvar::new(),
             taken_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(next_lsn - 1),
@@ -438,6 +454,8 @@ impl Log {
                 state: SpareState::Idle,
                 stop: false,
                 made: 0,
+                reusable: Vec::new(),
+                reused: 0,
             }),
             spare_cv: Condvar::new(),
         });
@@ -523,20 +541,30 @@ impl Log {
         if sh.durable_lsn.load(Ordering::Acquire) >= lsn {
             return Ok(());
         }
-        let mut st = sh.state.lock();
-        st.waiting_for = st.waiting_for.max(lsn);
+        {
+            let mut st = sh.state.lock();
+            st.waiting_for = st.waiting_for.max(lsn);
+        }
         sh.work_cv.notify_one();
+        sh.waiters.register(lsn);
         loop {
-            if sh.durable_lsn.load(Ordering::Acquire) >= lsn {
+            let durable = sh.durable_lsn.load(Ordering::Acquire);
+            if durable >= lsn {
+                // Pass the wake-up on (see the waiters module).
+                sh.waiters.wake_some(durable);
                 return Ok(());
             }
-            if let Some(e) = &st.poisoned {
-                return Err(poisoned(e));
+            if sh.syncer_stopped.load(Ordering::Acquire) {
+                let st = sh.state.lock();
+                if sh.durable_lsn.load(Ordering::Acquire) >= lsn {
+                    return Ok(());
+                }
+                return Err(match &st.poisoned {
+                    Some(e) => poisoned(e),
+                    None => WalError::Closed,
+                });
             }
-            if st.closing && st.pending.is_empty() && sh.durable_lsn.load(Ordering::Acquire) < lsn {
-                return Err(WalError::Closed);
-            }
-            sh.durable_cv.wait(&mut st);
+            std::thread::park();
         }
     }
 
@@ -613,18 +641,42 @@ impl Log {
             }
             st.segments.drain(..n).map(|(_, p)| p).collect()
         };
+        // Renamed to a spare name, a segment leaves the log as surely as when it is removed:
+        // recovery removes spares.
+        let mut keep = Vec::new();
         for p in &doomed {
-            sh.fs.remove(p).map_err(|e| WalError::io(p, e))?;
+            let mut sp = sh.spare.lock();
+            if sp.reusable.len() + keep.len() < sh.opts.reuse_segments {
+                sp.made += 1;
+                let spare = sh.dir.join(format::spare_name(sh.nonce, sp.made));
+                drop(sp);
+                sh.fs.rename(p, &spare).map_err(|e| WalError::io(p, e))?;
+                keep.push(spare);
+            } else {
+                drop(sp);
+                sh.fs.remove(p).map_err(|e| WalError::io(p, e))?;
+            }
         }
         if !doomed.is_empty() {
             sh.fs
                 .sync_dir(&sh.dir)
                 .map_err(|e| WalError::io(&sh.dir, e))?;
         }
+        for spare in keep {
+            // A reused file keeps its old records; zeroing the header makes it look like a
+            // new spare, so a crash after it is renamed to a segment name and before its
+            // first batch leaves a headerless newest segment, which recovery drops.
+            let io = |e| WalError::io(&spare, e);
+            let file = sh.fs.open(&spare).map_err(io)?;
+            file.write_at(0, &[0u8; format::HEADER_LEN]).map_err(io)?;
+            file.sync_data().map_err(io)?;
+            sh.spare.lock().reusable.push(spare);
+        }
         Ok(doomed.len())
     }
 
     pub fn stats(&self) -> LogStats {
+        let segments_reused = self.shared.spare.lock().reused;
         let st = self.shared.state.lock();
         LogStats {
             fsync_count: st.fsync_us.len(),
@@ -636,6 +688,7 @@ impl Log {
             pending_bytes: st.pending.len() as u64,
             backpressure_waits: st.backpressure_waits,
             spare_waits: st.spare_waits,
+            segments_reused,
             segments: st.segments.len(),
             log_bytes: st.segments.len() as u64 * self.shared.opts.segment_bytes,
             poisoned: st.poisoned.as_ref().map(|e| e.to_string()),
@@ -724,29 +777,32 @@ fn create_segment(
 
 /// Poisons the log if the syncer panics (a broken invariant), so that waiters get an error
 /// instead of waiting forever.
-struct PanicPoisons(Arc<Shared>);
+/// Runs when the syncer stops, however it stops: a panic poisons the log, and threads still
+/// waiting for durability are woken to see that nothing more will become durable.
+struct SyncerExit(Arc<Shared>);
 
-impl Drop for PanicPoisons {
+impl Drop for SyncerExit {
     fn drop(&mut self) {
+        let sh = &self.0;
         if std::thread::panicking() {
-            let sh = &self.0;
             sh.state.lock().poisoned.get_or_insert(WalError::Poisoned {
                 cause: "the log's syncer thread panicked".into(),
             });
-            sh.durable_cv.notify_all();
             sh.taken_cv.notify_all();
         }
+        sh.syncer_stopped.store(true, Ordering::Release);
+        sh.waiters.wake_all();
     }
 }
 
 impl Shared {
     /// The syncer: writes and fdatasyncs batches until closed or poisoned.
     fn sync_loop(self: Arc<Self>, mut tail: Tail) {
-        let _guard = PanicPoisons(Arc::clone(&self));
+        let _guard = SyncerExit(Arc::clone(&self));
         let mut spare: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut last_flush = Instant::now();
         loop {
-            let (batch, first, last) = {
+            let (mut batch, first, last) = {
                 let mut st = self.state.lock();
                 loop {
                     if st.poisoned.is_some() {
@@ -784,7 +840,7 @@ impl Shared {
             };
             self.taken_cv.notify_all();
             let started = Instant::now();
-            let result = self.write_batch(&mut tail, &batch, first);
+            let result = self.write_batch(&mut tail, &mut batch, first);
             let took = started.elapsed();
             let took_us = took.as_micros() as u64;
             last_flush = Instant::now();
@@ -796,14 +852,13 @@ impl Shared {
                         let _ = st.fsync_us.record(took_us.max(1));
                         self.durable_lsn.store(last, Ordering::Release);
                     }
-                    self.durable_cv.notify_all();
+                    self.waiters.wake_some(last);
                     for l in self.listeners.lock().iter() {
                         l(Ok(last));
                     }
                 }
                 Err(e) => {
                     self.state.lock().poisoned = Some(e.clone());
-                    self.durable_cv.notify_all();
                     self.taken_cv.notify_all();
                     for l in self.listeners.lock().iter() {
                         l(Err(&e));
@@ -817,8 +872,30 @@ impl Shared {
     }
 
     /// Writes one batch at the end of the tail segment (switching to the spare segment if it
-    /// does not fit) and fdatasyncs it.
-    fn write_batch(&self, tail: &mut Tail, batch: &[u8], first: Lsn) -> Result<(), WalError> {
+    /// does not fit) and fdatasyncs it. The write carries an end marker after the records
+    /// (see [`format::END_MARKER`]), which the next batch overwrites.
+    fn write_batch(
+        &self,
+        tail: &mut Tail,
+        batch: &mut Vec<u8>,
+        first: Lsn,
+    ) -> Result<(), WalError> {
+        let records = batch.len();
+        batch.extend_from_slice(&format::END_MARKER);
+        let result = self.write_marked(tail, batch, records, first);
+        batch.truncate(records);
+        result
+    }
+
+    /// [`Shared::write_batch`] once the marker is in place: `batch` holds `records` bytes of
+    /// records, then the marker.
+    fn write_marked(
+        &self,
+        tail: &mut Tail,
+        batch: &[u8],
+        records: usize,
+        first: Lsn,
+    ) -> Result<(), WalError> {
         let header = format::HEADER_LEN as u64;
         if tail.offset > header && tail.offset + batch.len() as u64 > self.opts.segment_bytes {
             *tail = self.next_segment(first)?;
@@ -826,16 +903,19 @@ impl Shared {
         let io = |e| WalError::io(&tail.path, e);
         match &mut tail.direct {
             Some(d) => {
+                // Write and fdatasync in one call (pwritev2 with RWF_DSYNC on the real disk).
                 let block_start = tail.offset - d.kept as u64;
                 tail.file
-                    .write_at(block_start, d.stage(batch))
+                    .write_at_durable(block_start, d.stage(batch))
                     .map_err(io)?;
-                d.advance(batch.len());
+                d.advance(records);
             }
-            None => tail.file.write_at(tail.offset, batch).map_err(io)?,
+            None => {
+                tail.file.write_at(tail.offset, batch).map_err(io)?;
+                tail.file.sync_data().map_err(io)?;
+            }
         }
-        tail.offset += batch.len() as u64;
-        tail.file.sync_data().map_err(io)?;
+        tail.offset += records as u64;
         if std::mem::take(&mut tail.dir_sync_due) {
             self.fs
                 .sync_dir(&self.dir)
@@ -967,6 +1047,12 @@ impl Shared {
             }
             if !matches!(sp.state, SpareState::Wanted) {
                 self.spare_cv.wait(&mut sp);
+                continue;
+            }
+            if let Some(path) = sp.reusable.pop() {
+                sp.reused += 1;
+                sp.state = SpareState::Ready(path);
+                self.spare_cv.notify_all();
                 continue;
             }
             sp.state = SpareState::Preparing;

@@ -210,6 +210,16 @@ fn read_header(file: &dyn LogFile, path: &Path) -> Result<Result<SegmentHeader, 
     Ok(SegmentHeader::decode(&b))
 }
 
+/// Asks the disk to read the segment about to be scanned, and the one after it, in the
+/// background (see [`LogFile::will_need`]): with a cold cache the scan then checks one part
+/// while the next is being read.
+fn read_ahead(fs: &dyn FileSystem, file: &dyn LogFile, next: Option<&Path>) {
+    file.will_need();
+    if let Some(Ok(next)) = next.map(|p| fs.open(p)) {
+        next.will_need();
+    }
+}
+
 /// Removes the segments from index `from` on (Salvage, or an unfinished newest segment).
 fn drop_segments(fs: &dyn FileSystem, dir: &Path, segs: &[(Lsn, PathBuf)]) -> Result<(), WalError> {
     for (_, p) in segs {
@@ -251,6 +261,7 @@ pub(crate) fn recover(
         let (first, path) = segs[i].clone();
         let is_last = i + 1 == segs.len();
         let file = fs.open(&path).map_err(|e| WalError::io(&path, e))?;
+        read_ahead(fs, file.as_ref(), segs.get(i + 1).map(|(_, p)| p.as_path()));
         let header = read_header(file.as_ref(), &path)?;
         let problem = match header {
             Err(Bad::End) if is_last && mode != RecoveryMode::Strict => {
@@ -334,6 +345,11 @@ pub fn read_records<E: From<WalError>>(
             continue;
         }
         let file = fs.open(path).map_err(|e| WalError::io(path, e))?;
+        read_ahead(
+            fs,
+            file.as_ref(),
+            segments.get(i + 1).map(|(_, p)| p.as_path()),
+        );
         let end = scan_segment::<E>(file.as_ref(), path, log_id, *first, |lsn, payload| {
             if lsn > upto {
                 return Ok(false);

@@ -514,3 +514,176 @@ fn direct_io_round_trip_on_the_real_disk() {
     assert!(log.stats().segments > 3, "rolled over");
     assert!(all(&log).iter().all(|(l, p)| *p == body(*l)));
 }
+
+/// Bodies of varying sizes, so the records of a reused file do not line up with new ones.
+fn varied(i: u64) -> Vec<u8> {
+    vec![(i % 251) as u8 + 1; 300 + (i as usize * 37) % 900]
+}
+
+/// The spare files in the log directory.
+fn spares(fs: &FaultyFs) -> Vec<PathBuf> {
+    fs.list(&dir())
+        .unwrap()
+        .into_iter()
+        .filter(|p| format::is_spare_name(p.file_name().unwrap().to_str().unwrap()))
+        .collect()
+}
+
+/// A log whose newest segment reuses the file of a truncated one, holding a few records.
+/// Returns the fs, the reused file's bytes before reuse, the tail's path, the offsets where
+/// the tail's records end, and the last LSN.
+fn log_with_a_reused_tail() -> (FaultyFs, Vec<u8>, PathBuf, Vec<usize>, Lsn) {
+    let fs = FaultyFs::new();
+    let o = LogOptions {
+        reuse_segments: 1,
+        ..rotating_opts()
+    };
+    let log = Log::open(Arc::new(fs.clone()), &dir(), o).unwrap();
+    let mut n = 0;
+    while log.stats().segments < 3 {
+        n += 1;
+        log.append(&varied(n)).unwrap();
+    }
+    // Drop the first segment: it becomes the one reusable spare.
+    let second = log.shared.state.lock().segments[1].0;
+    assert_eq!(log.truncate_before(second).unwrap(), 1);
+    let spare = spares(&fs);
+    assert_eq!(spare.len(), 1, "the truncated segment is kept as a spare");
+    let old = {
+        let f = fs.open(&spare[0]).unwrap();
+        let mut b = vec![0u8; f.size().unwrap() as usize];
+        f.read_at(0, &mut b).unwrap();
+        b
+    };
+    assert!(
+        old[..format::HEADER_LEN].iter().all(|&b| b == 0),
+        "header zeroed"
+    );
+    assert!(
+        old[format::HEADER_LEN..].iter().any(|&b| b != 0),
+        "old records kept"
+    );
+    // Fill the tail until the next segment is the reused file, then a few records into it.
+    let mut ends = Vec::new();
+    let mut offset = format::HEADER_LEN;
+    let mut switched = false;
+    while !switched || ends.len() < 5 {
+        n += 1;
+        let before = log.stats().segments;
+        log.append(&varied(n)).unwrap();
+        if log.stats().segments > before {
+            switched = true;
+            ends.clear();
+            offset = format::HEADER_LEN;
+        }
+        offset += format::RECORD_HEADER_LEN + varied(n).len();
+        ends.push(offset);
+    }
+    assert_eq!(log.stats().segments_reused, 1);
+    assert!(spares(&fs).is_empty(), "the spare became the tail");
+    let tail = log.shared.state.lock().segments.last().unwrap().1.clone();
+    drop(log);
+    (fs, old, tail, ends, n)
+}
+
+#[test]
+fn a_reused_segment_reopens_strictly_with_exactly_its_new_records() {
+    let (fs, _, _, _, n) = log_with_a_reused_tail();
+    let strict = LogOptions {
+        recovery: RecoveryMode::Strict,
+        ..rotating_opts()
+    };
+    let log = Log::open(Arc::new(fs), &dir(), strict).unwrap();
+    assert_eq!(log.appended_lsn(), n);
+    let got = all(&log);
+    assert_eq!(got.last().unwrap().0, n);
+    assert!(got.iter().all(|(l, p)| *p == varied(*l)));
+    assert!(got.windows(2).all(|w| w[1].0 == w[0].0 + 1), "gap free");
+    assert_eq!(log.append(b"next").unwrap(), n + 1);
+}
+
+/// A crash while writing into a reused file leaves its old bytes past whatever landed: the
+/// records wholly before the cut come back, nothing else (no old record among them).
+#[test]
+fn a_crash_in_a_reused_segment_recovers_a_prefix_and_no_old_record() {
+    let (_, _, _, ends, _) = log_with_a_reused_tail();
+    let last_end = *ends.last().unwrap();
+    for cut in (format::HEADER_LEN..last_end + 40).step_by(97) {
+        let (fs, old, tail, ends, n) = log_with_a_reused_tail();
+        fs.corrupt(&tail, |b| b[cut..].copy_from_slice(&old[cut..]));
+        let log = Log::open(Arc::new(fs), &dir(), rotating_opts()).unwrap();
+        let whole = ends.iter().filter(|&&e| e <= cut).count() as u64;
+        let lost = ends.len() as u64 - whole;
+        assert_eq!(log.appended_lsn(), n - lost, "cut at {cut}");
+        let got = all(&log);
+        assert!(got.iter().all(|(l, p)| *p == varied(*l)), "cut at {cut}");
+        assert_eq!(log.append(b"next").unwrap(), n - lost + 1, "cut at {cut}");
+    }
+}
+
+#[test]
+fn reused_segments_on_the_real_disk_with_direct_io() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    let o = LogOptions {
+        direct_io: true,
+        reuse_segments: 2,
+        prealloc: Prealloc::ZeroFill,
+        ..opts(Durability::Sync)
+    };
+    let mut n = 0;
+    let mut kept_from = 1;
+    for round in 0..2 {
+        let log = Log::open(Arc::clone(&fs), tmp.path(), o.clone()).unwrap();
+        for _ in 0..600 {
+            n += 1;
+            assert_eq!(log.append(&varied(n)).unwrap(), n);
+            if n % 50 == 0 {
+                log.truncate_before(n.saturating_sub(60)).unwrap();
+            }
+        }
+        assert!(log.stats().segments_reused > 0, "round {round}");
+        let got = all(&log);
+        kept_from = got[0].0;
+        assert_eq!(got.last().unwrap().0, n, "round {round}");
+        assert!(got.iter().all(|(l, p)| *p == varied(*l)), "round {round}");
+    }
+    let strict = LogOptions {
+        recovery: RecoveryMode::Strict,
+        ..o
+    };
+    let log = Log::open(fs, tmp.path(), strict).unwrap();
+    let got = all(&log);
+    assert_eq!((got[0].0, got.len() as u64), (kept_from, n - kept_from + 1));
+    assert!(got.iter().all(|(l, p)| *p == varied(*l)));
+}
+
+/// A crash after a kept file was renamed to become the next segment, before its first batch
+/// was durable: the file is the newest segment with no valid header, which recovery drops.
+#[test]
+fn a_reused_file_renamed_but_never_written_is_dropped() {
+    let fs = FaultyFs::new();
+    let o = LogOptions {
+        reuse_segments: 1,
+        ..rotating_opts()
+    };
+    let log = Log::open(Arc::new(fs.clone()), &dir(), o.clone()).unwrap();
+    let mut n = 0;
+    while log.stats().segments < 3 {
+        n += 1;
+        log.append(&varied(n)).unwrap();
+    }
+    let second = log.shared.state.lock().segments[1].0;
+    log.truncate_before(second).unwrap();
+    let spare = spares(&fs).pop().unwrap();
+    fs.rename(&spare, &dir().join(format::segment_name(n + 1)))
+        .unwrap();
+    fs.sync_dir(&dir()).unwrap();
+    fs.power_loss();
+    std::mem::forget(log);
+    let log = Log::open(Arc::new(fs), &dir(), o).unwrap();
+    assert_eq!(log.appended_lsn(), n);
+    let got = all(&log);
+    assert_eq!(got.first().unwrap().0, second);
+    assert!(got.iter().all(|(l, p)| *p == varied(*l)));
+}
