@@ -300,6 +300,15 @@ impl Persistence {
                 max_record_bytes: store_config.item_size_max_bytes + 1024,
                 prealloc: cairn_wal::Prealloc::ZeroFill,
                 direct_io: config.direct_io,
+                // A checkpoint drops about one checkpoint interval of log, at least
+                // `chkpt_interval_min_logsize` (as configured at start): keep that many
+                // segment files for reuse, so the next interval writes no zero-filled file.
+                reuse_segments: usize::try_from(
+                    (config.chkpt_interval_min_logsize_mb << 20)
+                        .div_ceil(config.segment_bytes.max(1)),
+                )
+                .unwrap_or(usize::MAX)
+                .max(2),
                 ..LogOptions::default()
             },
         )?);

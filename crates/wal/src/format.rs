@@ -34,7 +34,8 @@
 //! the new ones, but a scan stops at the end marker, and every old record has an LSN below
 //! the new segment's first LSN, so none of them can pass for the next record (a scan accepts
 //! only the LSN it expects) or for a valid record past a torn one (recovery looks for LSNs
-//! above the last good one).
+//! above the last good one). Records a crash left past the end of the newest segment, whose
+//! LSNs will be handed out again, are zeroed on open (`recovery::clear_after_end`).
 
 /// Magic of a segment file.
 pub const MAGIC: &[u8; 8] = b"CAIRNWAL";

@@ -19,8 +19,8 @@ pub trait LogFile: Send + Sync {
     /// fdatasync: the bytes written so far survive a power loss once this returns Ok.
     fn sync_data(&self) -> io::Result<()>;
     /// Writes `buf` at `offset` and makes it durable, in one system call on the real disk.
-    /// Meant for files opened with [`FileSystem::open_direct`]: it covers `buf` (and every
-    /// earlier O_DIRECT write), but not other bytes still in the page cache.
+    /// Meant for files opened with [`FileSystem::open_direct`] whose every write goes through
+    /// it: it covers `buf` only, not other bytes written earlier.
     fn write_at_durable(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         self.write_at(offset, buf)?;
         self.sync_data()
@@ -75,30 +75,36 @@ impl LogFile for RealFile {
     /// pwritev2 with RWF_DSYNC: the write and the fdatasync in one system call (the same
     /// guarantee as O_DSYNC for this one write: data plus the metadata needed to read it).
     fn write_at_durable(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        let mut done = 0;
-        while done < buf.len() {
-            let rest = &buf[done..];
-            let iov = libc::iovec {
-                iov_base: rest.as_ptr() as *mut libc::c_void,
-                iov_len: rest.len(),
-            };
-            let at = i64::try_from(offset + done as u64)
-                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        loop {
             // SAFETY: `iov` points into `buf`, which outlives the call; the fd is open.
             let n = unsafe { libc::pwritev2(self.0.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
-            match n {
-                n if n > 0 => done += n as usize,
-                0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
+            if n >= 0 && n as usize == buf.len() {
+                return Ok(());
+            }
+            if n >= 0 {
+                // Only at a full disk, in practice. Not retried: the rest would start at an
+                // unaligned offset, which O_DIRECT refuses with a less telling error.
+                return Err(io::Error::other(format!(
+                    "short write: {n} of {} bytes",
+                    buf.len()
+                )));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // A kernel without pwritev2 (before 4.6) or RWF_DSYNC (before 4.7).
+                Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {
+                    self.write_at(offset, buf)?;
+                    return self.sync_data();
                 }
+                _ => return Err(e),
             }
         }
-        // A write split over several calls: each call made its own part durable.
-        Ok(())
     }
     fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())

@@ -287,6 +287,8 @@ struct Shared {
     spare: Mutex<Spare>,
     /// Signalled on every change of `spare`.
     spare_cv: Condvar,
+    /// Held by `truncate_before` for its whole run.
+    truncating: Mutex<()>,
 }
 
 /// An open log. Appends may come from many threads at once.
@@ -403,7 +405,9 @@ impl Log {
     /// Opens (or creates) the log in `dir`, recovering its end as `opts.recovery` says.
     pub fn open(fs: Arc<dyn FileSystem>, dir: &Path, opts: LogOptions) -> Result<Log, WalError> {
         fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
-        let scan = recovery::recover(fs.as_ref(), dir, opts.recovery)?;
+        // One write holds at most a full pending buffer plus one record, framing and marker.
+        let write_window = (opts.max_pending_bytes + opts.max_record_bytes) as u64 + 64;
+        let scan = recovery::recover(fs.as_ref(), dir, opts.recovery, write_window)?;
         let (log_id, next_lsn, segments, tail_path, tail_end) = match scan {
             Some(found) => (
                 found.log_id,
@@ -458,6 +462,7 @@ impl Log {
                 reused: 0,
             }),
             spare_cv: Condvar::new(),
+            truncating: Mutex::new(()),
         });
         let mut tail = shared.open_tail(tail_path, tail_end)?;
         shared.maybe_request_spare(&mut tail);
@@ -629,10 +634,14 @@ impl Log {
         )
     }
 
-    /// Deletes whole segments whose records all have LSN < `lsn` (never the newest segment).
-    /// Returns how many were removed.
+    /// Deletes whole segments whose records all have LSN < `lsn` (never the newest segment),
+    /// or keeps up to [`LogOptions::reuse_segments`] of them for reuse. Returns how many left
+    /// the log. A [`Log::read_from`] running at the same time must not read below `lsn`: a
+    /// kept file is overwritten once reused.
     pub fn truncate_before(&self, lsn: Lsn) -> Result<usize, WalError> {
         let sh = &self.shared;
+        // One truncation at a time, so the reuse limit holds across concurrent calls.
+        let _one = sh.truncating.lock();
         let doomed: Vec<PathBuf> = {
             let mut st = sh.state.lock();
             let mut n = 0;
@@ -666,11 +675,19 @@ impl Log {
             // A reused file keeps its old records; zeroing the header makes it look like a
             // new spare, so a crash after it is renamed to a segment name and before its
             // first batch leaves a headerless newest segment, which recovery drops.
-            let io = |e| WalError::io(&spare, e);
-            let file = sh.fs.open(&spare).map_err(io)?;
-            file.write_at(0, &[0u8; format::HEADER_LEN]).map_err(io)?;
-            file.sync_data().map_err(io)?;
-            sh.spare.lock().reusable.push(spare);
+            let zeroed = sh.fs.open(&spare).and_then(|file| {
+                file.write_at(0, &[0u8; format::HEADER_LEN])?;
+                file.sync_data()
+            });
+            match zeroed {
+                Ok(()) => sh.spare.lock().reusable.push(spare),
+                Err(e) => {
+                    // Not reusable: let it go like a deleted segment (a leftover spare is
+                    // removed by the next open anyway).
+                    let _ = sh.fs.remove(&spare);
+                    return Err(WalError::io(&spare, e));
+                }
+            }
         }
         Ok(doomed.len())
     }

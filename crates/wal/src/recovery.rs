@@ -166,16 +166,43 @@ fn valid_record_after(
 
 /// Overwrites `[from, file end)` with zeros and syncs, so a cut tail cannot come back.
 fn zero_from(file: &dyn LogFile, path: &Path, from: u64) -> Result<(), WalError> {
+    let len = file.size().map_err(|e| WalError::io(path, e))?;
+    zero_range(file, path, from, len)
+}
+
+/// Overwrites `[from, to)` with zeros and syncs.
+fn zero_range(file: &dyn LogFile, path: &Path, from: u64, to: u64) -> Result<(), WalError> {
     let io = |e| WalError::io(path, e);
-    let len = file.size().map_err(io)?;
     let zeros = vec![0u8; 1 << 20];
     let mut at = from;
-    while at < len {
-        let n = zeros.len().min((len - at) as usize);
+    while at < to {
+        let n = zeros.len().min((to - at) as usize);
         file.write_at(at, &zeros[..n]).map_err(io)?;
         at += n as u64;
     }
     file.sync_data().map_err(io)
+}
+
+/// After a clean end in the newest segment: zeros whatever follows the end marker within
+/// `window` bytes (the most one write can span), if anything does.
+///
+/// A crash can leave later pages of the last, unacknowledged write on disk without its first
+/// ones: valid records past the end, with LSNs the log will hand out again. They are never
+/// read (the scan stops at the end), but left there they could later pass for "a valid record
+/// after a bad one" and make a torn tail look like corruption; in a reused file they could
+/// also carry LSNs above a later first LSN. Old records of a reused file are cleared too.
+fn clear_after_end(file: &dyn LogFile, path: &Path, end: u64, window: u64) -> Result<(), WalError> {
+    let io = |e| WalError::io(path, e);
+    let to = file.size().map_err(io)?.min(end.saturating_add(window));
+    if to <= end {
+        return Ok(());
+    }
+    let mut buf = vec![0u8; (to - end) as usize];
+    let n = file.read_at(end, &mut buf).map_err(io)?;
+    if buf[..n].iter().any(|&b| b != 0) {
+        zero_range(file, path, end, to)?;
+    }
+    Ok(())
 }
 
 /// The segment files of `dir`, by first LSN.
@@ -244,10 +271,13 @@ fn remove_spares(fs: &dyn FileSystem, dir: &Path) -> Result<usize, WalError> {
 }
 
 /// Finds the end of the log in `dir` (None if there is no segment yet).
+///
+/// `write_window` is the most bytes one write of the log can span (see [`clear_after_end`]).
 pub(crate) fn recover(
     fs: &dyn FileSystem,
     dir: &Path,
     mode: RecoveryMode,
+    write_window: u64,
 ) -> Result<Option<Found>, WalError> {
     // No directory sync needed: a spare that comes back after a crash is removed again.
     remove_spares(fs, dir)?;
@@ -304,6 +334,9 @@ pub(crate) fn recover(
                 break;
             }
             return Err(corrupt(&path, offset, why));
+        }
+        if is_last && mode != RecoveryMode::Strict {
+            clear_after_end(file.as_ref(), &path, end.end, write_window)?;
         }
         i += 1;
     }
