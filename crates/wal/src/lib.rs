@@ -9,11 +9,17 @@
 //!        ─> durable_lsn = last LSN of the batch ─> wake waiters, call listeners
 //!   (writers that arrive while one fdatasync runs share the next one: group commit, no sleep)
 //!
-//!   spare thread, once the tail is half full: create "next-….spare", preallocate
-//!        (zero fill), fdatasync ─> ready
+//!   spare thread, once the tail is half full: hand out a kept file (below), or create
+//!        "next-….spare", preallocate (zero fill), fdatasync ─> ready
 //!   syncer, when a batch does not fit the tail: rename the ready spare to "<first LSN>.wal",
 //!        write header + batch, fdatasync, fsync the directory, then acknowledge
+//!   truncate_before: rename dropped segments to spare names (up to reuse_segments kept,
+//!        header zeroed) or delete them
 //! ```
+//!
+//! Every write ends with an end marker (16 zero bytes) after its records, so a scan stops
+//! before whatever a reused file held. Threads blocked in [`Log::wait_durable`] are woken by
+//! LSN, in a fan-out (see the `waiters` module).
 //!
 //! Segments are files named by their first LSN, preallocated, each with a header carrying the
 //! log's random id; every record carries a CRC32C over that id, its header and its payload (the
@@ -792,8 +798,6 @@ fn create_segment(
     Ok(path)
 }
 
-/// Poisons the log if the syncer panics (a broken invariant), so that waiters get an error
-/// instead of waiting forever.
 /// Runs when the syncer stops, however it stops: a panic poisons the log, and threads still
 /// waiting for durability are woken to see that nothing more will become durable.
 struct SyncerExit(Arc<Shared>);

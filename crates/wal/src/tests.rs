@@ -529,21 +529,32 @@ fn spares(fs: &FaultyFs) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A log whose newest segment reuses the file of a truncated one, holding a few records.
-/// Returns the fs, the reused file's bytes before reuse, the tail's path, the offsets where
-/// the tail's records end, and the last LSN.
-fn log_with_a_reused_tail() -> (FaultyFs, Vec<u8>, PathBuf, Vec<usize>, Lsn) {
-    let fs = FaultyFs::new();
-    let o = LogOptions {
+/// Options that keep one truncated segment for reuse.
+fn reusing_opts() -> LogOptions {
+    LogOptions {
         reuse_segments: 1,
         ..rotating_opts()
-    };
-    let log = Log::open(Arc::new(fs.clone()), &dir(), o).unwrap();
+    }
+}
+
+/// A log (opened with [`reusing_opts`]) filled until its third segment holds one record;
+/// returns it with its last LSN.
+fn log_with_three_segments(fs: &FaultyFs) -> (Log, Lsn) {
+    let log = Log::open(Arc::new(fs.clone()), &dir(), reusing_opts()).unwrap();
     let mut n = 0;
     while log.stats().segments < 3 {
         n += 1;
         log.append(&varied(n)).unwrap();
     }
+    (log, n)
+}
+
+/// A log whose newest segment reuses the file of a truncated one, holding a few records.
+/// Returns the fs, the reused file's bytes before reuse, the tail's path, the offsets where
+/// the tail's records end, and the last LSN.
+fn log_with_a_reused_tail() -> (FaultyFs, Vec<u8>, PathBuf, Vec<usize>, Lsn) {
+    let fs = FaultyFs::new();
+    let (log, mut n) = log_with_three_segments(&fs);
     // Drop the first segment: it becomes the one reusable spare.
     let second = log.shared.state.lock().segments[1].0;
     assert_eq!(log.truncate_before(second).unwrap(), 1);
@@ -663,16 +674,7 @@ fn reused_segments_on_the_real_disk_with_direct_io() {
 #[test]
 fn a_reused_file_renamed_but_never_written_is_dropped() {
     let fs = FaultyFs::new();
-    let o = LogOptions {
-        reuse_segments: 1,
-        ..rotating_opts()
-    };
-    let log = Log::open(Arc::new(fs.clone()), &dir(), o.clone()).unwrap();
-    let mut n = 0;
-    while log.stats().segments < 3 {
-        n += 1;
-        log.append(&varied(n)).unwrap();
-    }
+    let (log, n) = log_with_three_segments(&fs);
     let second = log.shared.state.lock().segments[1].0;
     log.truncate_before(second).unwrap();
     let spare = spares(&fs).pop().unwrap();
@@ -681,7 +683,7 @@ fn a_reused_file_renamed_but_never_written_is_dropped() {
     fs.sync_dir(&dir()).unwrap();
     fs.power_loss();
     std::mem::forget(log);
-    let log = Log::open(Arc::new(fs), &dir(), o).unwrap();
+    let log = Log::open(Arc::new(fs), &dir(), reusing_opts()).unwrap();
     assert_eq!(log.appended_lsn(), n);
     let got = all(&log);
     assert_eq!(got.first().unwrap().0, second);
@@ -735,16 +737,7 @@ fn a_failure_while_keeping_a_segment_for_reuse_loses_nothing() {
         (Op::Sync, true),
     ] {
         let fs = FaultyFs::new();
-        let o = LogOptions {
-            reuse_segments: 1,
-            ..rotating_opts()
-        };
-        let log = Log::open(Arc::new(fs.clone()), &dir(), o.clone()).unwrap();
-        let mut n = 0;
-        while log.stats().segments < 3 {
-            n += 1;
-            log.append(&varied(n)).unwrap();
-        }
+        let (log, n) = log_with_three_segments(&fs);
         // The spare thread must be done, so that the armed fault hits the truncation.
         while matches!(
             log.shared.spare.lock().state,
@@ -761,7 +754,7 @@ fn a_failure_while_keeping_a_segment_for_reuse_loses_nothing() {
         assert!(log.truncate_before(second).is_err(), "{op:?}");
         fs.power_loss();
         std::mem::forget(log);
-        let log = Log::open(Arc::new(fs), &dir(), o).unwrap();
+        let log = Log::open(Arc::new(fs), &dir(), reusing_opts()).unwrap();
         assert_eq!(log.appended_lsn(), n, "{op:?}");
         let got = all(&log);
         let first = got[0].0;
