@@ -1,6 +1,7 @@
 //! A fault-injecting, in-memory [`FileSystem`] for tests only: it fails chosen operations and
 //! simulates a power loss by forgetting every byte and every directory change that was not
-//! synced.
+//! synced ([`FaultyFs::power_loss`]), or, tearing unsynced writes, by keeping a random subset
+//! of the unsynced pages ([`FaultyFs::power_loss_torn`]).
 //!
 //! ```text
 //!   file:  data (what reads see)   durable (what survives power_loss: as of the last sync_data)
@@ -18,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -70,6 +72,8 @@ pub struct FaultyFs {
     state: Arc<Mutex<State>>,
     /// While true, sync_data of ordinary files blocks (a slow disk, for backpressure tests).
     hold: Arc<(Mutex<bool>, Condvar)>,
+    /// How many sync_data calls are blocked by `hold_syncs` right now.
+    held: Arc<AtomicUsize>,
 }
 
 impl FaultyFs {
@@ -100,6 +104,11 @@ impl FaultyFs {
         cv.notify_all();
     }
 
+    /// How many sync_data calls `hold_syncs` is blocking right now.
+    pub fn syncs_held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
     /// Limits how many more bytes writes may add; beyond it they fail with ENOSPC.
     pub fn set_space_left(&self, bytes: Option<usize>) {
         self.state.lock().space_left = bytes;
@@ -113,6 +122,40 @@ impl FaultyFs {
         for f in s.names.values() {
             let mut f = f.lock();
             f.data = f.durable.clone();
+        }
+        s.faults.clear();
+        s.space_left = None;
+    }
+
+    /// A power loss that tears unsynced writes: directory entries fall back to their last
+    /// sync_dir, and each 4 KiB page of a file that changed since its last sync_data keeps
+    /// the new bytes or the old ones, chosen by `seed` (disks persist pages in any order).
+    pub fn power_loss_torn(&self, seed: u64) {
+        const PAGE: usize = 4096;
+        let mut rng = seed | 1;
+        let mut coin = move || {
+            // xorshift64: enough to pick pages, and repeatable from the seed.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng & 1 == 1
+        };
+        let mut s = self.state.lock();
+        s.names = s.durable_names.clone();
+        for f in s.names.values() {
+            let mut f = f.lock();
+            let mut torn = f.durable.clone();
+            if torn.len() < f.data.len() {
+                torn.resize(f.data.len(), 0);
+            }
+            for start in (0..f.data.len()).step_by(PAGE) {
+                let end = (start + PAGE).min(f.data.len());
+                if f.data[start..end] != torn[start..end] && coin() {
+                    torn[start..end].copy_from_slice(&f.data[start..end]);
+                }
+            }
+            f.durable = torn.clone();
+            f.data = torn;
         }
         s.faults.clear();
         s.space_left = None;
@@ -181,8 +224,12 @@ impl LogFile for FaultyFile {
         if !spare {
             let (held, cv) = &*self.fs.hold;
             let mut held = held.lock();
-            while *held {
-                cv.wait(&mut held);
+            if *held {
+                self.fs.held.fetch_add(1, Ordering::SeqCst);
+                while *held {
+                    cv.wait(&mut held);
+                }
+                self.fs.held.fetch_sub(1, Ordering::SeqCst);
             }
         }
         self.fs.check(Op::Sync, spare)?;
