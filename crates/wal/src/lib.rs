@@ -317,6 +317,8 @@ struct Tail {
     direct: Option<DirectBuf>,
     /// The spare thread was asked for the segment after this one.
     spare_requested: bool,
+    /// Format version of the segment: from 2 on, the first record of each write is flagged.
+    version: u32,
 }
 
 /// The aligned staging buffer of O_DIRECT writes: O_DIRECT needs 4 KiB-aligned memory, file
@@ -414,13 +416,14 @@ impl Log {
         // One write holds at most a full pending buffer plus one record, framing and marker.
         let write_window = (opts.max_pending_bytes + opts.max_record_bytes) as u64 + 64;
         let scan = recovery::recover(fs.as_ref(), dir, opts.recovery, write_window)?;
-        let (log_id, next_lsn, segments, tail_path, tail_end) = match scan {
+        let (log_id, next_lsn, segments, tail_path, tail_end, tail_version) = match scan {
             Some(found) => (
                 found.log_id,
                 found.last_lsn + 1,
                 found.segments,
                 found.tail_path,
                 found.tail_end,
+                found.tail_version,
             ),
             None => {
                 let log_id = random_id();
@@ -431,6 +434,7 @@ impl Log {
                     vec![(1, path.clone())],
                     path,
                     format::HEADER_LEN as u64,
+                    format::VERSION,
                 )
             }
         };
@@ -470,7 +474,7 @@ impl Log {
             spare_cv: Condvar::new(),
             truncating: Mutex::new(()),
         });
-        let mut tail = shared.open_tail(tail_path, tail_end)?;
+        let mut tail = shared.open_tail(tail_path, tail_end, tail_version)?;
         shared.maybe_request_spare(&mut tail);
         let worker = Arc::clone(&shared);
         let spare_maker = std::thread::Builder::new()
@@ -791,7 +795,12 @@ fn create_segment(
     let path = dir.join(format::segment_name(first_lsn));
     let io = |e| WalError::io(&path, e);
     let file = prepare_file(fs, &path, opts)?;
-    let header = format::SegmentHeader { log_id, first_lsn }.encode();
+    let header = format::SegmentHeader {
+        log_id,
+        first_lsn,
+        version: format::VERSION,
+    }
+    .encode();
     file.write_at(0, &header).map_err(io)?;
     file.sync_data().map_err(io)?;
     fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
@@ -893,8 +902,9 @@ impl Shared {
     }
 
     /// Writes one batch at the end of the tail segment (switching to the spare segment if it
-    /// does not fit) and fdatasyncs it. The write carries an end marker after the records
-    /// (see [`format::END_MARKER`]), which the next batch overwrites.
+    /// does not fit) and fdatasyncs it. Its first record gets the write-start flag, and the
+    /// write carries an end marker after the records (see [`format::END_MARKER`]), which the
+    /// next batch overwrites.
     fn write_batch(
         &self,
         tail: &mut Tail,
@@ -902,25 +912,23 @@ impl Shared {
         first: Lsn,
     ) -> Result<(), WalError> {
         let records = batch.len();
+        let header = format::HEADER_LEN as u64;
+        let marked_len = (records + format::END_MARKER.len()) as u64;
+        if tail.offset > header && tail.offset + marked_len > self.opts.segment_bytes {
+            *tail = self.next_segment(first)?;
+        }
+        if tail.version >= 2 {
+            format::mark_write_start(batch);
+        }
         batch.extend_from_slice(&format::END_MARKER);
-        let result = self.write_marked(tail, batch, records, first);
+        let result = self.write_marked(tail, batch, records);
         batch.truncate(records);
         result
     }
 
-    /// [`Shared::write_batch`] once the marker is in place: `batch` holds `records` bytes of
+    /// [`Shared::write_batch`] once the batch is in place: `batch` holds `records` bytes of
     /// records, then the marker.
-    fn write_marked(
-        &self,
-        tail: &mut Tail,
-        batch: &[u8],
-        records: usize,
-        first: Lsn,
-    ) -> Result<(), WalError> {
-        let header = format::HEADER_LEN as u64;
-        if tail.offset > header && tail.offset + batch.len() as u64 > self.opts.segment_bytes {
-            *tail = self.next_segment(first)?;
-        }
+    fn write_marked(&self, tail: &mut Tail, batch: &[u8], records: usize) -> Result<(), WalError> {
         let io = |e| WalError::io(&tail.path, e);
         match &mut tail.direct {
             Some(d) => {
@@ -974,9 +982,11 @@ impl Shared {
         let header = format::SegmentHeader {
             log_id: self.log_id,
             first_lsn: first,
+            version: format::VERSION,
         }
         .encode();
-        let mut tail = self.open_tail_with(path, format::HEADER_LEN as u64, &header)?;
+        let mut tail =
+            self.open_tail_with(path, format::HEADER_LEN as u64, &header, format::VERSION)?;
         if tail.direct.is_none() {
             tail.file
                 .write_at(0, &header)
@@ -987,7 +997,7 @@ impl Shared {
     }
 
     /// Opens an existing segment as the tail, appending at `offset` (after recovery).
-    fn open_tail(&self, path: PathBuf, offset: u64) -> Result<Tail, WalError> {
+    fn open_tail(&self, path: PathBuf, offset: u64, version: u32) -> Result<Tail, WalError> {
         let block_start = offset / DIRECT_ALIGN as u64 * DIRECT_ALIGN as u64;
         let mut kept = vec![0u8; (offset - block_start) as usize];
         if self.opts.direct_io {
@@ -1001,12 +1011,19 @@ impl Shared {
                 "recovery found records up to the tail offset"
             );
         }
-        self.open_tail_with(path, offset, &kept)
+        self.open_tail_with(path, offset, &kept, version)
     }
 
     /// Opens `path` as the tail, appending at `offset`; `kept` holds the file's bytes from
-    /// `offset` rounded down to a block, which O_DIRECT writes repeat.
-    fn open_tail_with(&self, path: PathBuf, offset: u64, kept: &[u8]) -> Result<Tail, WalError> {
+    /// `offset` rounded down to a block, which O_DIRECT writes repeat; `version` is the format
+    /// version of the segment's header.
+    fn open_tail_with(
+        &self,
+        path: PathBuf,
+        offset: u64,
+        kept: &[u8],
+        version: u32,
+    ) -> Result<Tail, WalError> {
         let io = |e| WalError::io(&path, e);
         let (file, direct) = if self.opts.direct_io {
             let file = match self.fs.open_direct(&path) {
@@ -1025,6 +1042,7 @@ impl Shared {
             dir_sync_due: false,
             direct,
             spare_requested: false,
+            version,
         })
     }
 

@@ -6,7 +6,8 @@
 //! |-------------------------------------------------------|--------|------------------|---------|
 //! | zeros after the last record (preallocation)           | end    | end              | end     |
 //! | bad record in the newest segment, nothing valid after | error  | cut there        | cut     |
-//! | bad record with a valid later record after it         | error  | error            | cut     |
+//! | ... followed only by valid records of the same write  | error  | cut there        | cut     |
+//! | ... followed by a valid record that starts a write    | error  | error            | cut     |
 //! | bad record in an older segment                        | error  | error            | cut, drop later segments |
 //! | newest segment without a header (crash while creating)| error  | drop the file    | drop    |
 //! | bad header elsewhere, LSN gap, another log's segment  | error  | error            | cut before it |
@@ -29,6 +30,8 @@ pub(crate) struct Found {
     pub segments: Vec<(Lsn, PathBuf)>,
     pub tail_path: PathBuf,
     pub tail_end: u64,
+    /// Format version of the tail segment's header.
+    pub tail_version: u32,
 }
 
 /// How a segment scan ended.
@@ -142,13 +145,18 @@ where
     }
 }
 
-/// Whether any record with LSN > `after_lsn` decodes anywhere past `from` in the file.
-fn valid_record_after(
+/// Whether a later write follows the bad record at `from`: a record that decodes anywhere
+/// past it with LSN > `after_lsn` and (with `flags`, format 2) the write-start flag. If only
+/// records of the same write follow, that write was torn by a crash before its fdatasync
+/// returned (pages persist in any order); if a later write follows, the damaged one had been
+/// synced. Without flags (format 1) any later record counts, as every one might start a write.
+fn later_write_after(
     file: &dyn LogFile,
     path: &Path,
     log_id: u64,
     from: u64,
     after_lsn: Lsn,
+    flags: bool,
 ) -> Result<bool, WalError> {
     let len = file.size().map_err(|e| WalError::io(path, e))?;
     if from + 1 >= len {
@@ -159,9 +167,12 @@ fn valid_record_after(
         .read_at(from + 1, &mut rest)
         .map_err(|e| WalError::io(path, e))?;
     rest.truncate(n);
-    Ok((0..rest.len()).any(
-        |p| matches!(format::decode_record(&rest[p..], log_id), Ok((lsn, _, _)) if lsn > after_lsn),
-    ))
+    Ok(
+        (0..rest.len()).any(|p| match format::decode_record(&rest[p..], log_id) {
+            Ok((lsn, _, _)) => lsn > after_lsn && (!flags || format::starts_write(&rest[p..])),
+            Err(_) => false,
+        }),
+    )
 }
 
 /// Overwrites `[from, file end)` with zeros and syncs, so a cut tail cannot come back.
@@ -286,6 +297,7 @@ pub(crate) fn recover(
     let mut expected: Option<Lsn> = None;
     // End offset of the last segment scanned (the tail, once the loop is done).
     let mut tail_end = 0;
+    let mut tail_version = format::VERSION;
     let mut i = 0;
     while i < segs.len() {
         let (first, path) = segs[i].clone();
@@ -320,13 +332,21 @@ pub(crate) fn recover(
         }
         let h = header.expect("checked above");
         log_id = Some(h.log_id);
+        tail_version = h.version;
         let end = scan_segment::<WalError>(file.as_ref(), &path, h.log_id, first, |_, _| Ok(true))?;
         expected = Some(end.last_lsn + 1);
         tail_end = end.end;
         if let Some((offset, why)) = end.bad {
             let torn_tail = is_last
                 && mode == RecoveryMode::TolerateTornTail
-                && !valid_record_after(file.as_ref(), &path, h.log_id, offset, end.last_lsn)?;
+                && !later_write_after(
+                    file.as_ref(),
+                    &path,
+                    h.log_id,
+                    offset,
+                    end.last_lsn,
+                    h.version >= 2,
+                )?;
             if mode == RecoveryMode::Salvage || torn_tail {
                 zero_from(file.as_ref(), &path, offset)?;
                 drop_segments(fs, dir, &segs[i + 1..])?;
@@ -358,6 +378,7 @@ pub(crate) fn recover(
         segments: segs,
         tail_path,
         tail_end,
+        tail_version,
     }))
 }
 
