@@ -18,16 +18,10 @@ import tempfile
 import threading
 import time
 
+from serverutil import free_port, wait_ready
+
 VALUE = b"x" * 50
 BATCH = 2000
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def rss_bytes(pid):
@@ -36,22 +30,6 @@ def rss_bytes(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS")
-
-
-def wait_ready(port, probe, expect):
-    """Polls with a short backoff until the server answers `probe` (not a fixed sleep)."""
-    delay = 0.01
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                s.sendall(probe)
-                if expect in s.recv(1024):
-                    return
-        except OSError:
-            pass
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
-    raise RuntimeError(f"server on {port} never became ready")
 
 
 def load_memcache(port, n):

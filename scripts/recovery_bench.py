@@ -26,29 +26,7 @@ import sys
 import tempfile
 import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_ready(port, proc):
-    """Polls with a short backoff until the server answers `version` (not a fixed sleep)."""
-    delay = 0.01
-    while proc.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                s.sendall(b"version\r\n")
-                if s.recv(64).startswith(b"VERSION"):
-                    return
-        except OSError:
-            pass
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
-    raise RuntimeError(f"cairn exited with {proc.returncode} before it was ready")
+from serverutil import free_port, wait_ready
 
 
 def command(port, line, end):
@@ -80,7 +58,7 @@ def start(args, data_dir, port):
     ]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(port, proc)
+    wait_ready(port, proc=proc)
     return proc, time.monotonic() - t0
 
 

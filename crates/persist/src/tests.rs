@@ -83,16 +83,23 @@ fn log_only_recovery_after_power_loss() {
     assert_eq!(contents(&p), model);
 }
 
-#[test]
-fn checkpoint_then_log_recovers_exactly() {
-    let fs = FaultyFs::new();
+/// Three rounds of writes with a checkpoint after each of the first two: two snapshots, then
+/// log records after the newest.
+fn two_checkpoints_between_workloads(fs: &FaultyFs) -> (Persistence, Model) {
     let mut model = Model::new();
-    let p = open(&fs).unwrap();
+    let p = open(fs).unwrap();
     workload(&p, &mut model, 1);
     p.checkpoint().unwrap();
     workload(&p, &mut model, 2);
     p.checkpoint().unwrap();
     workload(&p, &mut model, 3);
+    (p, model)
+}
+
+#[test]
+fn checkpoint_then_log_recovers_exactly() {
+    let fs = FaultyFs::new();
+    let (p, mut model) = two_checkpoints_between_workloads(&fs);
     p.store().flush_all();
     model.clear();
     workload(&p, &mut model, 4);
@@ -113,13 +120,7 @@ fn checkpoint_then_log_recovers_exactly() {
 #[test]
 fn a_corrupt_snapshot_falls_back_to_the_previous_one() {
     let fs = FaultyFs::new();
-    let mut model = Model::new();
-    let p = open(&fs).unwrap();
-    workload(&p, &mut model, 1);
-    p.checkpoint().unwrap();
-    workload(&p, &mut model, 2);
-    p.checkpoint().unwrap();
-    workload(&p, &mut model, 3);
+    let (p, model) = two_checkpoints_between_workloads(&fs);
     p.sync().unwrap();
     let snaps = list_snapshots(&fs, Path::new("/t/data")).unwrap();
     assert_eq!(snaps.len(), 2, "the previous snapshot is kept");
@@ -318,13 +319,7 @@ fn a_delayed_flush_due_while_down_runs_once_at_recovery() {
 #[test]
 fn a_truncated_snapshot_falls_back_to_the_previous_one() {
     let fs = FaultyFs::new();
-    let mut model = Model::new();
-    let p = open(&fs).unwrap();
-    workload(&p, &mut model, 1);
-    p.checkpoint().unwrap();
-    workload(&p, &mut model, 2);
-    p.checkpoint().unwrap();
-    workload(&p, &mut model, 3);
+    let (p, model) = two_checkpoints_between_workloads(&fs);
     p.sync().unwrap();
     drop(p);
     let snaps = list_snapshots(&fs, Path::new("/t/data")).unwrap();

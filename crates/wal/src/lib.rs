@@ -561,12 +561,12 @@ impl Log {
             st.waiting_for = st.waiting_for.max(lsn);
         }
         sh.work_cv.notify_one();
-        sh.waiters.register(lsn);
+        let key = sh.waiters.register(lsn);
         loop {
             let durable = sh.durable_lsn.load(Ordering::Acquire);
             if durable >= lsn {
                 // Pass the wake-up on (see the waiters module).
-                sh.waiters.wake_some(durable);
+                sh.waiters.leave(key, durable);
                 return Ok(());
             }
             if sh.syncer_stopped.load(Ordering::Acquire) {

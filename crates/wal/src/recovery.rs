@@ -205,13 +205,18 @@ fn zero_range(file: &dyn LogFile, path: &Path, from: u64, to: u64) -> Result<(),
 fn clear_after_end(file: &dyn LogFile, path: &Path, end: u64, window: u64) -> Result<(), WalError> {
     let io = |e| WalError::io(path, e);
     let to = file.size().map_err(io)?.min(end.saturating_add(window));
-    if to <= end {
-        return Ok(());
-    }
-    let mut buf = vec![0u8; (to - end) as usize];
-    let n = file.read_at(end, &mut buf).map_err(io)?;
-    if buf[..n].iter().any(|&b| b != 0) {
-        zero_range(file, path, end, to)?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = end;
+    while at < to {
+        let want = CHUNK.min((to - at) as usize);
+        let n = file.read_at(at, &mut buf[..want]).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return zero_range(file, path, end, to);
+        }
+        at += n as u64;
     }
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! Threads blocked in `Log::wait_durable`, each woken once, when its own LSN is durable.
 //!
 //! ```text
-//!   appender:  register(lsn) ──> durable >= lsn? return : park ──> (woken) look again
-//!              on its way out: wake_some(durable), passing the wake on
+//!   appender:  register(lsn) ──> durable >= lsn? leave : park ──> (woken) look again
+//!              leave(key, durable): drop its own entry if still there, pass the wake on
 //!   syncer:    durable_lsn = n ──> wake_some(n): unpark the first FAN_OUT threads at <= n
 //!              stops (poisoned, closed, panicked) ──> wake_all
 //! ```
@@ -16,8 +16,10 @@
 //! A condition variable on the log's state lock would wake every blocked thread on every
 //! fdatasync, and each would take the state lock that appenders and the syncer need. Here a
 //! thread sleeps until the batch holding its record is durable, and the registry has its own
-//! lock. Unparking a thread that already left is harmless: `park` may return early anyway,
-//! so a waiter always looks again.
+//! lock. Every entry belongs to a thread that is still waiting (one that returns without being
+//! woken removes its own), so each wake reaches a thread that passes it on. A wake that comes
+//! after a thread found its LSN durable on its own is harmless: `park` may return early
+//! anyway, so a waiter always looks again.
 
 use std::collections::BTreeMap;
 use std::thread::Thread;
@@ -42,21 +44,36 @@ struct Inner {
 }
 
 impl Waiters {
-    /// Registers the current thread as waiting for `lsn`. The caller then checks the durable
-    /// LSN itself before parking, so a wake that came first is not missed.
-    pub fn register(&self, lsn: Lsn) {
+    /// Registers the current thread as waiting for `lsn`; returns its key for [`Self::leave`].
+    /// The caller then checks the durable LSN itself before parking, so a wake that came
+    /// first is not missed.
+    pub fn register(&self, lsn: Lsn) -> (Lsn, u64) {
         let mut g = self.inner.lock();
         g.seq += 1;
         let key = (lsn, g.seq);
         g.waiting.insert(key, std::thread::current());
+        key
+    }
+
+    /// A waiter whose LSN is durable is done: drops its entry (if no wake took it already)
+    /// and passes the wake-up on to up to [`FAN_OUT`] others.
+    pub fn leave(&self, key: (Lsn, u64), durable: Lsn) {
+        self.wake(Some(key), durable);
     }
 
     /// Wakes up to [`FAN_OUT`] of the threads waiting for an LSN <= `durable` (each is
-    /// removed); every thread that returns from a wait calls this again, so all are woken.
+    /// removed); every thread that returns from a wait passes the wake on, so all are woken.
     pub fn wake_some(&self, durable: Lsn) {
+        self.wake(None, durable);
+    }
+
+    fn wake(&self, leaving: Option<(Lsn, u64)>, durable: Lsn) {
         let mut ready = Vec::with_capacity(FAN_OUT);
         {
             let mut g = self.inner.lock();
+            if let Some(key) = leaving {
+                g.waiting.remove(&key);
+            }
             while ready.len() < FAN_OUT {
                 match g.waiting.first_entry() {
                     Some(e) if e.key().0 <= durable => ready.push(e.remove()),
@@ -91,12 +108,12 @@ mod tests {
         let spawn = |lsn: Lsn| {
             let (w, durable) = (Arc::clone(&w), Arc::clone(&durable));
             std::thread::spawn(move || {
-                w.register(lsn);
+                let key = w.register(lsn);
                 while durable.load(Ordering::Acquire) < lsn {
                     std::thread::park();
                 }
                 // What `Log::wait_durable` does on its way out.
-                w.wake_some(durable.load(Ordering::Acquire));
+                w.leave(key, durable.load(Ordering::Acquire));
             })
         };
         let early: Vec<_> = (1..=5).map(spawn).collect();
@@ -114,5 +131,17 @@ mod tests {
         durable.store(9, Ordering::Release);
         w.wake_all();
         late.join().unwrap();
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_takes_its_entry_even_behind_a_full_fan_out() {
+        let w = Waiters::default();
+        let keys: Vec<_> = (1..=FAN_OUT as Lsn + 1)
+            .map(|lsn| w.register(lsn))
+            .collect();
+        // The last one found its LSN durable without being woken; the wake it passes on takes
+        // the FAN_OUT entries in front of it, and its own goes too.
+        w.leave(*keys.last().unwrap(), FAN_OUT as Lsn + 1);
+        assert!(w.inner.lock().waiting.is_empty());
     }
 }
