@@ -18,6 +18,14 @@ pub trait LogFile: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// fdatasync: the bytes written so far survive a power loss once this returns Ok.
     fn sync_data(&self) -> io::Result<()>;
+    /// Writes `bufs` back to back from `offset`, as one write. By default the parts are joined
+    /// first; the real disk hands them to the kernel as they are (pwritev).
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        match bufs {
+            [one] => self.write_at(offset, one),
+            _ => self.write_at(offset, &bufs.concat()),
+        }
+    }
     /// Writes `buf` at `offset` and makes it durable, in one system call on the real disk.
     /// Meant for files opened with [`FileSystem::open_direct`] whose every write goes through
     /// it: it covers `buf` only, not other bytes written earlier.
@@ -56,6 +64,9 @@ pub trait FileSystem: Send + Sync {
 /// Alignment of buffers, offsets and lengths written through [`FileSystem::open_direct`].
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Most iovecs one pwritev takes (Linux's UIO_MAXIOV).
+const IOV_MAX: usize = 1024;
+
 /// The real disk.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
@@ -71,6 +82,51 @@ impl LogFile for RealFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter()
+            .filter(|b| !b.is_empty())
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let mut offset = offset;
+        let mut done = 0; // iovecs written in full
+        while done < iov.len() {
+            let at =
+                i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let count = (iov.len() - done).min(IOV_MAX) as libc::c_int;
+            // SAFETY: each iovec points into one of `bufs` (advanced within it below), which
+            // outlive the call; the fd is open.
+            let n = unsafe { libc::pwritev(self.0.as_raw_fd(), iov[done..].as_ptr(), count, at) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::from(io::ErrorKind::WriteZero));
+            }
+            // A short write: skip what was written and go on, as `write_all_at` does.
+            let mut n = n as usize;
+            offset += n as u64;
+            while n > 0 {
+                let v = &mut iov[done];
+                if n >= v.iov_len {
+                    n -= v.iov_len;
+                    done += 1;
+                } else {
+                    v.iov_base = (v.iov_base as *mut u8).wrapping_add(n) as *mut libc::c_void;
+                    v.iov_len -= n;
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
     }
     /// pwritev2 with RWF_DSYNC: the write and the fdatasync in one system call (the same
     /// guarantee as O_DSYNC for this one write: data plus the metadata needed to read it).

@@ -1,11 +1,14 @@
 //! cairn-wal: a checksummed, segmented, append-only log with group commit.
 //!
 //! ```text
-//!   append(payload) ──lock──> pending buffer (records framed, LSNs assigned in order)
+//!   append(payload) ──lock──> pending chunks (LSNs assigned in order):
+//!        │   small record: framed under the lock into the last chunk
+//!        │   large record: reserve a slot, unlock, frame it (CRC + copy), lock, fill the slot
 //!        │ (waits first while pending >= max_pending_bytes: backpressure)
 //!        │ Sync: wait until durable_lsn >= my LSN          │ Async: return at once
 //!        v                                                 v
-//!   syncer thread: take the whole pending buffer ─> write at the segment's end ─> fdatasync
+//!   syncer thread: take the pending chunks up to the first unfilled slot ─> write them at
+//!        the segment's end (one pwritev) ─> fdatasync
 //!        ─> durable_lsn = last LSN of the batch ─> wake waiters, call listeners
 //!   (writers that arrive while one fdatasync runs share the next one: group commit, no sleep)
 //!
@@ -219,11 +222,67 @@ pub struct LogStats {
 /// poisoned the log.
 pub type DurableListener = Box<dyn Fn(Result<Lsn, &WalError>) + Send + Sync>;
 
+/// Records of at least this many bytes are framed (checksummed and copied) by their appender
+/// outside the state lock, in a slot reserved in LSN order, so that neither other appenders nor
+/// the syncer wait for it; smaller records are framed under the lock, which costs less than a
+/// second lock round.
+const FRAME_OUTSIDE_LOCK_BYTES: usize = 64 << 10;
+
+/// A run of appended records, in LSN order, waiting for the syncer.
+enum Chunk {
+    /// Records framed under the state lock, back to back: LSNs `first..=last`.
+    Framed {
+        bytes: Vec<u8>,
+        first: Lsn,
+        last: Lsn,
+    },
+    /// One large record, framed by its appender outside the lock: `None` until it is.
+    Slot { lsn: Lsn, record: Option<Vec<u8>> },
+}
+
+impl Chunk {
+    fn first(&self) -> Lsn {
+        match self {
+            Chunk::Framed { first, .. } => *first,
+            Chunk::Slot { lsn, .. } => *lsn,
+        }
+    }
+
+    fn last(&self) -> Lsn {
+        match self {
+            Chunk::Framed { last, .. } => *last,
+            Chunk::Slot { lsn, .. } => *lsn,
+        }
+    }
+
+    /// The framed bytes; empty for an unfilled slot (which the syncer never takes).
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Framed { bytes, .. } => bytes,
+            Chunk::Slot { record, .. } => record.as_deref().unwrap_or_default(),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Chunk::Framed { bytes, .. } => bytes,
+            Chunk::Slot { record, .. } => record.as_deref_mut().unwrap_or_default(),
+        }
+    }
+
+    fn is_filled(&self) -> bool {
+        !matches!(self, Chunk::Slot { record: None, .. })
+    }
+}
+
 struct State {
-    /// Framed records not yet handed to the syncer.
-    pending: Vec<u8>,
-    /// LSN of the first record in `pending` (meaningful when it is not empty).
-    pending_first: Lsn,
+    /// Records not yet handed to the syncer, oldest first. The syncer takes the chunks before
+    /// the first unfilled slot, so the log never gets a hole.
+    pending: Vec<Chunk>,
+    /// Bytes of the records in `pending`, filled or not.
+    pending_bytes: usize,
+    /// Emptied `Chunk::Framed` buffers, handed back by the syncer for reuse.
+    free_buffers: Vec<Vec<u8>>,
     /// The LSN the next append gets.
     next_lsn: Lsn,
     /// Highest LSN a caller is blocked on (async mode flushes early for it).
@@ -373,14 +432,18 @@ impl DirectBuf {
         self.start = start;
     }
 
-    /// Lays out kept bytes + `batch` + zero padding; returns the aligned bytes to write at
-    /// the tail offset rounded down to a block.
-    fn stage(&mut self, batch: &[u8]) -> &[u8] {
-        let used = self.kept + batch.len();
+    /// Lays out kept bytes + `parts` (back to back) + zero padding; returns the aligned bytes
+    /// to write at the tail offset rounded down to a block.
+    fn stage(&mut self, parts: &[&[u8]]) -> &[u8] {
+        let used = self.kept + parts.iter().map(|p| p.len()).sum::<usize>();
         let padded = used.next_multiple_of(DIRECT_ALIGN);
         self.reserve(padded);
         let buf = &mut self.raw[self.start..self.start + padded];
-        buf[self.kept..used].copy_from_slice(batch);
+        let mut at = self.kept;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
         buf[used..].fill(0);
         debug_assert_eq!(buf.as_ptr() as usize % DIRECT_ALIGN, 0);
         buf
@@ -445,8 +508,9 @@ impl Log {
             log_id,
             nonce: random_id(),
             state: Mutex::new(State {
-                pending: Vec::with_capacity(1 << 20),
-                pending_first: next_lsn,
+                pending: Vec::new(),
+                pending_bytes: 0,
+                free_buffers: Vec::new(),
                 next_lsn,
                 waiting_for: 0,
                 poisoned: None,
@@ -524,7 +588,7 @@ impl Log {
             if st.closing {
                 return Err(WalError::Closed);
             }
-            if st.pending.len() < sh.opts.max_pending_bytes {
+            if st.pending_bytes < sh.opts.max_pending_bytes {
                 break;
             }
             if !counted {
@@ -536,13 +600,52 @@ impl Log {
         }
         let lsn = st.next_lsn;
         st.next_lsn += 1;
-        let was_empty = st.pending.is_empty();
-        if was_empty {
-            st.pending_first = lsn;
+        if payload.len() >= FRAME_OUTSIDE_LOCK_BYTES {
+            st.pending.push(Chunk::Slot { lsn, record: None });
+            st.pending_bytes += format::RECORD_HEADER_LEN + payload.len();
+            drop(st);
+            let mut record = Vec::with_capacity(format::RECORD_HEADER_LEN + payload.len());
+            format::encode_record(&mut record, sh.log_id, lsn, payload);
+            let mut st = sh.state.lock();
+            // The slot is still pending: the syncer takes no chunk at or after an unfilled one.
+            let at = st.pending.partition_point(|c| c.last() < lsn);
+            match st.pending.get_mut(at) {
+                Some(Chunk::Slot { record: slot, .. }) => *slot = Some(record),
+                _ => unreachable!("the slot of LSN {lsn} left before it was filled"),
+            }
+            drop(st);
+            sh.work_cv.notify_one();
+            return Ok(lsn);
         }
-        format::encode_record(&mut st.pending, sh.log_id, lsn, payload);
+        let was_empty = st.pending.is_empty();
+        let State {
+            pending,
+            pending_bytes,
+            free_buffers,
+            ..
+        } = &mut *st;
+        let bytes = match pending.last_mut() {
+            Some(Chunk::Framed { bytes, last, .. }) => {
+                *last = lsn;
+                bytes
+            }
+            _ => {
+                pending.push(Chunk::Framed {
+                    bytes: free_buffers.pop().unwrap_or_default(),
+                    first: lsn,
+                    last: lsn,
+                });
+                match pending.last_mut() {
+                    Some(Chunk::Framed { bytes, .. }) => bytes,
+                    _ => unreachable!("just pushed"),
+                }
+            }
+        };
+        let before = bytes.len();
+        format::encode_record(bytes, sh.log_id, lsn, payload);
+        *pending_bytes += bytes.len() - before;
         // A sync writer wakes the syncer itself when it starts to wait (`wait_durable`).
-        let wake = was_empty || st.pending.len() >= sh.opts.flush_bytes;
+        let wake = was_empty || *pending_bytes >= sh.opts.flush_bytes;
         drop(st);
         if wake {
             sh.work_cv.notify_one();
@@ -712,7 +815,7 @@ impl Log {
             bytes_written: st.bytes_written,
             appended_lsn: st.next_lsn - 1,
             durable_lsn: self.durable_lsn(),
-            pending_bytes: st.pending.len() as u64,
+            pending_bytes: st.pending_bytes as u64,
             backpressure_waits: st.backpressure_waits,
             spare_waits: st.spare_waits,
             segments_reused,
@@ -829,29 +932,35 @@ impl Shared {
     /// The syncer: writes and fdatasyncs batches until closed or poisoned.
     fn sync_loop(self: Arc<Self>, mut tail: Tail) {
         let _guard = SyncerExit(Arc::clone(&self));
-        let mut spare: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut spare: Vec<Chunk> = Vec::new();
         let mut last_flush = Instant::now();
         loop {
             let (mut batch, first, last) = {
                 let mut st = self.state.lock();
-                loop {
+                let ready = loop {
                     if st.poisoned.is_some() {
                         return;
                     }
-                    let has = !st.pending.is_empty();
-                    if !has && st.closing {
+                    if st.pending.is_empty() && st.closing {
                         return;
                     }
+                    // Chunks before the first unfilled slot (whose appender is framing it).
+                    let ready = st
+                        .pending
+                        .iter()
+                        .position(|c| !c.is_filled())
+                        .unwrap_or(st.pending.len());
+                    let has = ready > 0;
                     let durable = self.durable_lsn.load(Ordering::Acquire);
                     let urgent = self.opts.durability == Durability::Sync
                         || st.waiting_for > durable
-                        || st.pending.len() >= self.opts.flush_bytes
+                        || st.pending_bytes >= self.opts.flush_bytes
                         || st.closing;
                     let due = last_flush.elapsed() >= self.opts.flush_interval;
                     // No gathering delay: whatever arrived while the last fdatasync ran goes
                     // now (group commit without a sleep).
                     if has && (urgent || due) {
-                        break;
+                        break ready;
                     }
                     if has {
                         let left = self
@@ -862,10 +971,17 @@ impl Shared {
                     } else {
                         self.work_cv.wait(&mut st);
                     }
-                }
-                let first = st.pending_first;
-                let last = st.next_lsn - 1;
-                let batch = std::mem::replace(&mut st.pending, std::mem::take(&mut spare));
+                };
+                let rest = if ready == st.pending.len() {
+                    std::mem::take(&mut spare)
+                } else {
+                    st.pending.split_off(ready)
+                };
+                let batch = std::mem::replace(&mut st.pending, rest);
+                let bytes: usize = batch.iter().map(|c| c.bytes().len()).sum();
+                st.pending_bytes -= bytes;
+                let first = batch[0].first();
+                let last = batch[batch.len() - 1].last();
                 (batch, first, last)
             };
             self.taken_cv.notify_all();
@@ -874,11 +990,22 @@ impl Shared {
             let took = started.elapsed();
             let took_us = took.as_micros() as u64;
             last_flush = Instant::now();
+            let written: usize = batch.iter().map(|c| c.bytes().len()).sum();
+            let mut emptied: Vec<Vec<u8>> = Vec::new();
+            for chunk in batch.drain(..) {
+                if let Chunk::Framed { mut bytes, .. } = chunk {
+                    bytes.clear();
+                    emptied.push(bytes);
+                }
+            }
             match result {
                 Ok(()) => {
                     {
                         let mut st = self.state.lock();
-                        st.bytes_written += batch.len() as u64;
+                        st.bytes_written += written as u64;
+                        // Two buffers are enough: one being filled while one is written.
+                        let room = 2usize.saturating_sub(st.free_buffers.len());
+                        st.free_buffers.extend(emptied.into_iter().take(room));
                         let _ = st.fsync_us.record(took_us.max(1));
                         self.durable_lsn.store(last, Ordering::Release);
                     }
@@ -897,7 +1024,6 @@ impl Shared {
                 }
             }
             spare = batch;
-            spare.clear();
         }
     }
 
@@ -908,39 +1034,45 @@ impl Shared {
     fn write_batch(
         &self,
         tail: &mut Tail,
-        batch: &mut Vec<u8>,
+        batch: &mut [Chunk],
         first: Lsn,
     ) -> Result<(), WalError> {
-        let records = batch.len();
+        let records: usize = batch.iter().map(|c| c.bytes().len()).sum();
         let header = format::HEADER_LEN as u64;
         let marked_len = (records + format::END_MARKER.len()) as u64;
         if tail.offset > header && tail.offset + marked_len > self.opts.segment_bytes {
             *tail = self.next_segment(first)?;
         }
         if tail.version >= 2 {
-            format::mark_write_start(batch);
+            format::mark_write_start(batch[0].bytes_mut());
         }
-        batch.extend_from_slice(&format::END_MARKER);
-        let result = self.write_marked(tail, batch, records);
-        batch.truncate(records);
-        result
+        let mut parts: Vec<&[u8]> = batch.iter().map(Chunk::bytes).collect();
+        parts.push(&format::END_MARKER);
+        self.write_marked(tail, &parts, records)
     }
 
-    /// [`Shared::write_batch`] once the batch is in place: `batch` holds `records` bytes of
+    /// [`Shared::write_batch`] once the batch is in place: `parts` hold `records` bytes of
     /// records, then the marker.
-    fn write_marked(&self, tail: &mut Tail, batch: &[u8], records: usize) -> Result<(), WalError> {
+    fn write_marked(
+        &self,
+        tail: &mut Tail,
+        parts: &[&[u8]],
+        records: usize,
+    ) -> Result<(), WalError> {
         let io = |e| WalError::io(&tail.path, e);
         match &mut tail.direct {
             Some(d) => {
                 // Write and fdatasync in one call (pwritev2 with RWF_DSYNC on the real disk).
                 let block_start = tail.offset - d.kept as u64;
                 tail.file
-                    .write_at_durable(block_start, d.stage(batch))
+                    .write_at_durable(block_start, d.stage(parts))
                     .map_err(io)?;
                 d.advance(records);
             }
             None => {
-                tail.file.write_at(tail.offset, batch).map_err(io)?;
+                tail.file
+                    .write_vectored_at(tail.offset, parts)
+                    .map_err(io)?;
                 tail.file.sync_data().map_err(io)?;
             }
         }

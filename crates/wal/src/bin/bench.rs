@@ -1,4 +1,4 @@
-//! `cairn-wal-bench [DIR] [--quick] [--sizes=100,1024,1048576] [--no-recovery]`: the log against the raw write bound of the same disk,
+//! `cairn-wal-bench [DIR] [--quick] [--sizes=100,1024,1048576] [--no-recovery] [--reused-only]`: the log against the raw write bound of the same disk,
 //! in one run (Mashona's SimpleHardwareBenchmark idea).
 //!
 //! ```text
@@ -413,6 +413,7 @@ fn main() {
                 .collect()
         });
     let with_recovery = !args.iter().any(|a| a == "--no-recovery");
+    let reused_only = args.iter().any(|a| a == "--reused-only");
     println!("| run | entries | entries/s | MB/s | fdatasyncs | vs best raw overwrite | notes |");
     println!("|---|---|---|---|---|---|---|");
     let mut bounds = Vec::new();
@@ -452,6 +453,9 @@ fn main() {
                 let mut again = raw(&dir, size, count, direct, RawFile::Overwrite);
                 again.name = format!("{} again, after the reused-segment rows", again.name);
                 again.print(Some(best));
+            }
+            if reused_only {
+                continue;
             }
         }
         let base = LogRun {
