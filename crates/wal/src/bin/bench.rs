@@ -1,5 +1,7 @@
-//! `cairn-wal-bench [DIR] [--quick] [--sizes=100,1024,1048576] [--no-recovery] [--reused-only]`: the log against the raw write bound of the same disk,
-//! in one run (Mashona's SimpleHardwareBenchmark idea).
+//! `cairn-wal-bench [DIR] [--quick] [--sizes=100,1024,1048576] [--no-recovery] [--reused-only]`:
+//! the log against the raw write bound of the same disk, in one run (Mashona's
+//! SimpleHardwareBenchmark idea). `--reused-only` keeps, for 1 MiB, only the raw bound and the
+//! reused-segment rows (the steady state), for repeated runs.
 //!
 //! ```text
 //!   raw bound: write(entry) + fdatasync per entry, overwriting a preallocated, zero-filled
