@@ -102,29 +102,39 @@ fn async_power_loss_keeps_what_was_fenced() {
         .all(|(i, (lsn, p))| *lsn == i as u64 + 1 && *p == payload(*lsn)));
 }
 
-#[test]
-fn many_threads_get_unique_gap_free_durable_lsns() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
-    let log = Arc::new(Log::open(Arc::clone(&fs), tmp.path(), opts(Durability::Sync)).unwrap());
-    let threads: Vec<_> = (0..8u64)
+/// Appends `per_thread` records from each of `threads` threads (`body(t, i)`); thread `t`
+/// waits for each record to be durable when `waits(t)`, else only appends. Returns every
+/// (LSN, body), sorted, once it checked that the LSNs are unique and gap-free.
+fn append_from_threads(
+    log: &Arc<Log>,
+    threads: u64,
+    per_thread: u64,
+    body: fn(u64, u64) -> Vec<u8>,
+    waits: fn(u64) -> bool,
+) -> Vec<(Lsn, Vec<u8>)> {
+    let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let log = Arc::clone(&log);
+            let log = Arc::clone(log);
             std::thread::spawn(move || {
-                (0..200u64)
+                (0..per_thread)
                     .map(|i| {
-                        let body = format!("t{t}-{i}").into_bytes();
-                        let lsn = log.append(&body).unwrap();
-                        assert!(log.durable_lsn() >= lsn, "acknowledged before durable");
+                        let body = body(t, i);
+                        let lsn = if waits(t) {
+                            let lsn = log.append(&body).unwrap();
+                            assert!(log.durable_lsn() >= lsn, "acknowledged before durable");
+                            lsn
+                        } else {
+                            log.append_nowait(&body).unwrap()
+                        };
                         (lsn, body)
                     })
                     .collect::<Vec<_>>()
             })
         })
         .collect();
-    let mut acked: Vec<(Lsn, Vec<u8>)> = threads
+    let mut acked: Vec<(Lsn, Vec<u8>)> = handles
         .into_iter()
-        .flat_map(|t| t.join().unwrap())
+        .flat_map(|h| h.join().unwrap())
         .collect();
     acked.sort();
     assert!(
@@ -133,6 +143,21 @@ fn many_threads_get_unique_gap_free_durable_lsns() {
             .enumerate()
             .all(|(i, (lsn, _))| *lsn == i as u64 + 1),
         "unique and gap-free"
+    );
+    acked
+}
+
+#[test]
+fn many_threads_get_unique_gap_free_durable_lsns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    let log = Arc::new(Log::open(Arc::clone(&fs), tmp.path(), opts(Durability::Sync)).unwrap());
+    let acked = append_from_threads(
+        &log,
+        8,
+        200,
+        |t, i| format!("t{t}-{i}").into_bytes(),
+        |_| true,
     );
     let stats = log.stats();
     drop(log);
@@ -917,43 +942,17 @@ fn large_records_framed_outside_the_lock_keep_their_place() {
             ..opts(Durability::Sync)
         };
         let log = Arc::new(Log::open(Arc::clone(&fs), tmp.path(), o.clone()).unwrap());
-        let threads: Vec<_> = (0..6u64)
-            .map(|t| {
-                let log = Arc::clone(&log);
-                std::thread::spawn(move || {
-                    (0..40u64)
-                        .map(|i| {
-                            let len = if (t + i) % 3 == 0 {
-                                FRAME_OUTSIDE_LOCK_BYTES + (i as usize * 997) % 100_000
-                            } else {
-                                10 + i as usize
-                            };
-                            let body = vec![(t * 40 + i) as u8; len];
-                            // Half the threads wait per record, half only at the end.
-                            let lsn = if t % 2 == 0 {
-                                log.append(&body).unwrap()
-                            } else {
-                                log.append_nowait(&body).unwrap()
-                            };
-                            (lsn, body)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut acked: Vec<(Lsn, Vec<u8>)> = threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect();
+        // Every third record is large; half the threads wait per record, half only at the end.
+        let body = |t: u64, i: u64| {
+            let len = if (t + i) % 3 == 0 {
+                FRAME_OUTSIDE_LOCK_BYTES + (i as usize * 997) % 100_000
+            } else {
+                10 + i as usize
+            };
+            vec![(t * 40 + i) as u8; len]
+        };
+        let acked = append_from_threads(&log, 6, 40, body, |t| t % 2 == 0);
         log.sync().unwrap();
-        acked.sort();
-        assert!(
-            acked
-                .iter()
-                .enumerate()
-                .all(|(i, (lsn, _))| *lsn == i as u64 + 1),
-            "unique and gap-free (direct_io {direct_io})"
-        );
         assert!(
             log.stats().segments > 1,
             "rolled over (direct_io {direct_io})"
