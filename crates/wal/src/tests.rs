@@ -944,14 +944,14 @@ fn large_records_framed_outside_the_lock_keep_their_place() {
         let log = Arc::new(Log::open(Arc::clone(&fs), tmp.path(), o.clone()).unwrap());
         // Every third record is large; half the threads wait per record, half only at the end.
         let body = |t: u64, i: u64| {
-            let len = if (t + i) % 3 == 0 {
+            let len = if (t + i).is_multiple_of(3) {
                 FRAME_OUTSIDE_LOCK_BYTES + (i as usize * 997) % 100_000
             } else {
                 10 + i as usize
             };
             vec![(t * 40 + i) as u8; len]
         };
-        let acked = append_from_threads(&log, 6, 40, body, |t| t % 2 == 0);
+        let acked = append_from_threads(&log, 6, 40, body, |t| t.is_multiple_of(2));
         log.sync().unwrap();
         assert!(
             log.stats().segments > 1,
