@@ -2,7 +2,8 @@
 //! tests can swap the real disk for [`crate::fault::FaultyFs`], which fails chosen operations
 //! and forgets unsynced bytes on a simulated power loss.
 //!
-//! Non-goals: buffering or caching; each call maps to one system call on the real disk.
+//! Non-goals: buffering or caching; each call maps to one system call on the real disk (a
+//! vectored write to as few as the kernel takes: 1,024 parts each, and again after a short one).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -18,8 +19,9 @@ pub trait LogFile: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// fdatasync: the bytes written so far survive a power loss once this returns Ok.
     fn sync_data(&self) -> io::Result<()>;
-    /// Writes `bufs` back to back from `offset`, as one write. By default the parts are joined
-    /// first; the real disk hands them to the kernel as they are (pwritev).
+    /// Writes `bufs` back to back from `offset`, as one write of the log (one before each
+    /// fdatasync). By default the parts are joined first; the real disk hands them to the
+    /// kernel as they are (pwritev, more than one call past 1,024 parts or after a short write).
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         match bufs {
             [one] => self.write_at(offset, one),

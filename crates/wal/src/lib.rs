@@ -8,7 +8,7 @@
 //!        │ Sync: wait until durable_lsn >= my LSN          │ Async: return at once
 //!        v                                                 v
 //!   syncer thread: take the pending chunks up to the first unfilled slot ─> write them at
-//!        the segment's end (one pwritev) ─> fdatasync
+//!        the segment's end (pwritev; O_DIRECT: copied into an aligned buffer) ─> fdatasync
 //!        ─> durable_lsn = last LSN of the batch ─> wake waiters, call listeners
 //!   (writers that arrive while one fdatasync runs share the next one: group commit, no sleep)
 //!
@@ -113,7 +113,8 @@ pub struct LogOptions {
     pub max_pending_bytes: usize,
     /// Size of a segment file; a batch that does not fit starts a new segment.
     pub segment_bytes: u64,
-    /// Largest payload accepted.
+    /// Largest payload accepted: at most 4 GiB - 1 (the format's length field has 32 bits;
+    /// [`Log::open`] refuses more).
     pub max_record_bytes: usize,
     pub recovery: RecoveryMode,
     pub prealloc: Prealloc,
@@ -171,6 +172,8 @@ pub enum WalError {
     TooLarge { size: usize, max: usize },
     #[error("the log is closed")]
     Closed,
+    #[error("invalid log options: {0}")]
+    BadOptions(String),
 }
 
 impl WalError {
@@ -223,9 +226,10 @@ pub struct LogStats {
 pub type DurableListener = Box<dyn Fn(Result<Lsn, &WalError>) + Send + Sync>;
 
 /// Records of at least this many bytes are framed (checksummed and copied) by their appender
-/// outside the state lock, in a slot reserved in LSN order, so that neither other appenders nor
-/// the syncer wait for it; smaller records are framed under the lock, which costs less than a
-/// second lock round.
+/// outside the state lock, in a slot reserved in LSN order, so that other appenders and the
+/// syncer do not wait for the lock meanwhile (records after the slot still wait for it to be
+/// filled before they are written); smaller records are framed under the lock, which costs
+/// less than a second lock round.
 const FRAME_OUTSIDE_LOCK_BYTES: usize = 64 << 10;
 
 /// A run of appended records, in LSN order, waiting for the syncer.
@@ -475,6 +479,13 @@ fn random_id() -> u64 {
 impl Log {
     /// Opens (or creates) the log in `dir`, recovering its end as `opts.recovery` says.
     pub fn open(fs: Arc<dyn FileSystem>, dir: &Path, opts: LogOptions) -> Result<Log, WalError> {
+        if u32::try_from(opts.max_record_bytes).is_err() {
+            return Err(WalError::BadOptions(format!(
+                "max_record_bytes is {}, over the format's limit of {} (a 32-bit length)",
+                opts.max_record_bytes,
+                u32::MAX
+            )));
+        }
         fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
         // One write holds at most a full pending buffer plus one record, framing and marker.
         let write_window = (opts.max_pending_bytes + opts.max_record_bytes) as u64 + 64;

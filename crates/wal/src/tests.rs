@@ -988,3 +988,22 @@ fn a_vectored_write_writes_every_part_in_order() {
     assert_eq!(&got[..7], &[0u8; 7]);
     assert!(got[7..] == want[..], "bytes differ");
 }
+
+/// The format's record length has 32 bits: a log that would accept more is refused at open,
+/// so no append can take an LSN and then fail to frame its record.
+#[test]
+fn open_refuses_a_record_limit_the_format_cannot_hold() {
+    let o = LogOptions {
+        max_record_bytes: u32::MAX as usize + 1,
+        ..opts(Durability::Sync)
+    };
+    let err = Log::open(Arc::new(FaultyFs::new()), &dir(), o)
+        .err()
+        .unwrap();
+    assert!(matches!(err, WalError::BadOptions(_)), "{err}");
+    let o = LogOptions {
+        max_record_bytes: u32::MAX as usize,
+        ..opts(Durability::Sync)
+    };
+    assert!(Log::open(Arc::new(FaultyFs::new()), &dir(), o).is_ok());
+}
