@@ -117,6 +117,8 @@ pub struct PersistConfig {
     pub segment_bytes: u64,
     /// Write the log with O_DIRECT (see `cairn_wal::LogOptions::direct_io`).
     pub direct_io: bool,
+    /// Run the log's syncer under SCHED_BATCH (see `cairn_wal::LogOptions::syncer_batch_sched`).
+    pub syncer_batch_sched: bool,
     /// The file system (the real disk, or a fault-injecting one in tests).
     pub fs: Arc<dyn FileSystem>,
 }
@@ -300,6 +302,7 @@ impl Persistence {
                 max_record_bytes: store_config.item_size_max_bytes + 1024,
                 prealloc: cairn_wal::Prealloc::ZeroFill,
                 direct_io: config.direct_io,
+                syncer_batch_sched: config.syncer_batch_sched,
                 // A checkpoint drops about one checkpoint interval of log, at least
                 // `chkpt_interval_min_logsize` (as configured at start): keep that many
                 // segment files for reuse, so the next interval writes no zero-filled file.

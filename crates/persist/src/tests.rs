@@ -19,6 +19,7 @@ fn config(fs: Arc<dyn FileSystem>, root: &Path) -> PersistConfig {
         checkpoint_rate_mb_s: 0,
         segment_bytes: 8 << 10,
         direct_io: false,
+        syncer_batch_sched: true,
         fs,
     }
 }

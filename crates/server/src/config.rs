@@ -68,6 +68,9 @@ pub struct Config {
     /// batch's write + fdatasync is quicker, a 1 MiB one slower (docs/BENCHMARKS.md). Where
     /// the file system refuses O_DIRECT the log is written buffered.
     pub log_direct_io: bool,
+    /// Run the command log's syncer thread under SCHED_BATCH, so that its several wake-ups per
+    /// fdatasync do not preempt the threads serving requests (docs/BENCHMARKS.md).
+    pub log_batch_sched: bool,
 }
 
 impl Default for Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             checkpoint_rate_mb_s: 64,
             log_segment_mb: 64,
             log_direct_io: true,
+            log_batch_sched: true,
         }
     }
 }
@@ -150,6 +154,9 @@ pub struct Flags {
     /// Write the command log with O_DIRECT (true or false).
     #[arg(long)]
     pub log_direct_io: Option<bool>,
+    /// Run the command log's syncer under SCHED_BATCH (true or false).
+    #[arg(long)]
+    pub log_batch_sched: Option<bool>,
 }
 
 /// Why the server refuses to start.
@@ -243,6 +250,9 @@ impl Config {
         }
         if let Some(v) = flags.log_direct_io {
             c.log_direct_io = v;
+        }
+        if let Some(v) = flags.log_batch_sched {
+            c.log_batch_sched = v;
         }
         c.validate()?;
         Ok(c)

@@ -87,6 +87,7 @@ impl Ctx {
                         checkpoint_rate_mb_s: config.checkpoint_rate_mb_s,
                         segment_bytes: config.log_segment_mb << 20,
                         direct_io: config.log_direct_io,
+                        syncer_batch_sched: config.log_batch_sched,
                         fs: Arc::new(cairn_wal::RealFs),
                     },
                     store_config,

@@ -134,6 +134,13 @@ pub struct LogOptions {
     /// so writing it again needs neither a zero fill nor a metadata change. 0 deletes them.
     /// Kept files are spares (see [`format::spare_name`]): reopening the log removes them.
     pub reuse_segments: usize,
+    /// Run the syncer thread under Linux's SCHED_BATCH policy (same share of the CPU, but its
+    /// wake-ups do not preempt the thread running on that core). The syncer sleeps and wakes
+    /// several times per fdatasync; on a machine whose cores are busy, each such wake-up
+    /// otherwise preempts whoever runs there, e.g. a thread serving requests. A hint: where the
+    /// policy cannot be set, the log runs the same. Off by default; the server turns it on
+    /// (docs/BENCHMARKS.md has the measurement).
+    pub syncer_batch_sched: bool,
 }
 
 impl Default for LogOptions {
@@ -149,6 +156,7 @@ impl Default for LogOptions {
             prealloc: Prealloc::SetLen,
             direct_io: false,
             reuse_segments: 2,
+            syncer_batch_sched: false,
         }
     }
 }
@@ -864,6 +872,16 @@ impl Drop for Log {
     }
 }
 
+/// Puts the calling thread under SCHED_BATCH (see [`LogOptions::syncer_batch_sched`]); a
+/// failure changes nothing but the scheduling, so it is ignored.
+fn batch_sched_for_this_thread() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is this thread.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+    }
+}
+
 fn poisoned(e: &WalError) -> WalError {
     match e {
         WalError::Poisoned { .. } => e.clone(),
@@ -943,6 +961,9 @@ impl Shared {
     /// The syncer: writes and fdatasyncs batches until closed or poisoned.
     fn sync_loop(self: Arc<Self>, mut tail: Tail) {
         let _guard = SyncerExit(Arc::clone(&self));
+        if self.opts.syncer_batch_sched {
+            batch_sched_for_this_thread();
+        }
         let mut spare: Vec<Chunk> = Vec::new();
         let mut last_flush = Instant::now();
         loop {

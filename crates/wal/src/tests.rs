@@ -1007,3 +1007,34 @@ fn open_refuses_a_record_limit_the_format_cannot_hold() {
     };
     assert!(Log::open(Arc::new(FaultyFs::new()), &dir(), o).is_ok());
 }
+
+/// With `syncer_batch_sched` the syncer thread runs under SCHED_BATCH (no other test in this
+/// binary asks for it, so a SCHED_BATCH syncer is this log's).
+#[test]
+fn the_syncer_can_run_under_sched_batch() {
+    let batch_syncers = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| {
+                let t = t.ok()?.path();
+                let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+                let tid: i32 = t.file_name()?.to_str()?.parse().ok()?;
+                // SAFETY: sched_getscheduler only reads the policy of a thread id.
+                let policy = unsafe { libc::sched_getscheduler(tid) };
+                (comm.trim() == "cairn-wal-sync" && policy == libc::SCHED_BATCH).then_some(tid)
+            })
+            .count()
+    };
+    let o = LogOptions {
+        syncer_batch_sched: true,
+        ..opts(Durability::Sync)
+    };
+    let log = Log::open(Arc::new(FaultyFs::new()), &dir(), o).unwrap();
+    // The syncer sets its policy when it starts: poll for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while batch_syncers() == 0 {
+        assert!(Instant::now() < deadline, "no syncer under SCHED_BATCH");
+        std::thread::yield_now();
+    }
+    log.append(b"still works").unwrap();
+}
