@@ -394,6 +394,26 @@ mod tests {
     }
 
     #[test]
+    fn log_batch_sched_is_on_unless_turned_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |text: &str, extra: &[&str]| {
+            std::fs::write(&path, text).unwrap();
+            let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
+            args.extend_from_slice(extra);
+            Config::load(&Flags::parse_from(args))
+                .unwrap()
+                .log_batch_sched
+        };
+        assert!(load("", &[]));
+        assert!(!load("log_batch_sched = false\n", &[]));
+        assert!(load(
+            "log_batch_sched = false\n",
+            &["--log-batch-sched", "true"]
+        ));
+    }
+
+    #[test]
     fn bad_ranges_refused() {
         let flags = Flags::parse_from(["cairn", "-c", "0"]);
         let err = Config::load(&flags).unwrap_err().to_string();
