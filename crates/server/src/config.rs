@@ -338,6 +338,14 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The config from a file holding `text` (written to `path`) and the `extra` flags.
+    fn load_with(path: &Path, text: &str, extra: &[&str]) -> Config {
+        std::fs::write(path, text).unwrap();
+        let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Config::load(&Flags::parse_from(args)).unwrap()
+    }
+
     #[test]
     fn unknown_key_is_named() {
         let dir = tempfile::tempdir().unwrap();
@@ -354,12 +362,7 @@ mod tests {
     fn arcus_keys_pick_the_mode() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        let load = |text: &str, extra: &[&str]| {
-            std::fs::write(&path, text).unwrap();
-            let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
-            args.extend_from_slice(extra);
-            Config::load(&Flags::parse_from(args)).unwrap().persistence
-        };
+        let load = |text: &str, extra: &[&str]| load_with(&path, text, extra).persistence;
         assert_eq!(load("", &[]), "sync");
         assert_eq!(load("use_persistence = false\n", &[]), "off");
         assert_eq!(
@@ -370,13 +373,7 @@ mod tests {
             load("async_logging = true\n", &["--persistence", "sync"]),
             "sync"
         );
-        std::fs::write(&path, "logs_path = \"/x/log\"\n").unwrap();
-        let c = Config::load(&Flags::parse_from([
-            "cairn",
-            "--config",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap();
+        let c = load_with(&path, "logs_path = \"/x/log\"\n", &[]);
         assert_eq!(
             (c.log_dir(), c.snapshot_dir()),
             (PathBuf::from("/x/log"), PathBuf::from("cairn-data"))
@@ -397,14 +394,7 @@ mod tests {
     fn log_batch_sched_is_on_unless_turned_off() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        let load = |text: &str, extra: &[&str]| {
-            std::fs::write(&path, text).unwrap();
-            let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
-            args.extend_from_slice(extra);
-            Config::load(&Flags::parse_from(args))
-                .unwrap()
-                .log_batch_sched
-        };
+        let load = |text: &str, extra: &[&str]| load_with(&path, text, extra).log_batch_sched;
         assert!(load("", &[]));
         assert!(!load("log_batch_sched = false\n", &[]));
         assert!(load(
