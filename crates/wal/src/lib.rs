@@ -967,7 +967,7 @@ impl Shared {
         let mut spare: Vec<Chunk> = Vec::new();
         let mut last_flush = Instant::now();
         loop {
-            let (mut batch, first, last) = {
+            let (mut batch, first, last, bytes) = {
                 let mut st = self.state.lock();
                 let ready = loop {
                     if st.poisoned.is_some() {
@@ -1014,15 +1014,14 @@ impl Shared {
                 st.pending_bytes -= bytes;
                 let first = batch[0].first();
                 let last = batch[batch.len() - 1].last();
-                (batch, first, last)
+                (batch, first, last, bytes)
             };
             self.taken_cv.notify_all();
             let started = Instant::now();
-            let result = self.write_batch(&mut tail, &mut batch, first);
+            let result = self.write_batch(&mut tail, &mut batch, first, bytes);
             let took = started.elapsed();
             let took_us = took.as_micros() as u64;
             last_flush = Instant::now();
-            let written: usize = batch.iter().map(|c| c.bytes().len()).sum();
             let mut emptied: Vec<Vec<u8>> = Vec::new();
             for chunk in batch.drain(..) {
                 if let Chunk::Framed { mut bytes, .. } = chunk {
@@ -1034,7 +1033,7 @@ impl Shared {
                 Ok(()) => {
                     {
                         let mut st = self.state.lock();
-                        st.bytes_written += written as u64;
+                        st.bytes_written += bytes as u64;
                         // Two buffers are enough: one being filled while one is written.
                         let room = 2usize.saturating_sub(st.free_buffers.len());
                         st.free_buffers.extend(emptied.into_iter().take(room));
@@ -1062,14 +1061,14 @@ impl Shared {
     /// Writes one batch at the end of the tail segment (switching to the spare segment if it
     /// does not fit) and fdatasyncs it. Its first record gets the write-start flag, and the
     /// write carries an end marker after the records (see [`format::END_MARKER`]), which the
-    /// next batch overwrites.
+    /// next batch overwrites. `records` is the bytes of the batch's records.
     fn write_batch(
         &self,
         tail: &mut Tail,
         batch: &mut [Chunk],
         first: Lsn,
+        records: usize,
     ) -> Result<(), WalError> {
-        let records: usize = batch.iter().map(|c| c.bytes().len()).sum();
         let header = format::HEADER_LEN as u64;
         let marked_len = (records + format::END_MARKER.len()) as u64;
         if tail.offset > header && tail.offset + marked_len > self.opts.segment_bytes {
