@@ -2,6 +2,8 @@
 # Two cairn variants in sync mode, alternated (A B A B ...) on the same machine: 100% set,
 # 2 threads x 25 connections, 50-byte values, uniform keys; prints cairn-bench's Totals line.
 # A variant that names its own --persistence keeps it; RATIO=SET:GET changes the mix.
+# NAME@DIR=... puts that variant's data folder under DIR (e.g. @/dev/shm: a tmpfs, where
+# fdatasync costs nothing).
 #
 # usage: scripts/sync_insert_ab.sh SECONDS ROUNDS "NAME=BINARY [ARGS...]" "NAME=BINARY [ARGS...]"
 # e.g.   scripts/sync_insert_ab.sh 8 2 \
@@ -16,7 +18,9 @@ for round in $(seq "$rounds"); do
     for variant in "$@"; do
         name=${variant%%=*}
         read -r -a cmd <<<"${variant#*=}"
-        data=$(mktemp -d)
+        parent=${TMPDIR:-/tmp}
+        [[ $name == *@* ]] && parent=${name#*@}
+        data=$(mktemp -d -p "$parent")
         port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
         mode=()
         [[ " ${cmd[*]} " == *" --persistence "* ]] || mode=(--persistence sync)
