@@ -213,7 +213,7 @@ pub struct LogStats {
     pub appended_lsn: Lsn,
     /// Highest LSN known durable.
     pub durable_lsn: Lsn,
-    /// Bytes buffered and not yet durable.
+    /// Bytes appended and not yet durable: buffered, or in the batch being written.
     pub pending_bytes: u64,
     /// Appends that had to wait because `max_pending_bytes` were buffered (backpressure).
     pub backpressure_waits: u64,
@@ -293,6 +293,8 @@ struct State {
     pending: Vec<Chunk>,
     /// Bytes of the records in `pending`, filled or not.
     pending_bytes: usize,
+    /// Bytes of the batch the syncer is writing (0 between batches).
+    writing_bytes: usize,
     /// Emptied `Chunk::Framed` buffers, handed back by the syncer for reuse.
     free_buffers: Vec<Vec<u8>>,
     /// The LSN the next append gets.
@@ -529,6 +531,7 @@ impl Log {
             state: Mutex::new(State {
                 pending: Vec::new(),
                 pending_bytes: 0,
+                writing_bytes: 0,
                 free_buffers: Vec::new(),
                 next_lsn,
                 waiting_for: 0,
@@ -834,7 +837,7 @@ impl Log {
             bytes_written: st.bytes_written,
             appended_lsn: st.next_lsn - 1,
             durable_lsn: self.durable_lsn(),
-            pending_bytes: st.pending_bytes as u64,
+            pending_bytes: (st.pending_bytes + st.writing_bytes) as u64,
             backpressure_waits: st.backpressure_waits,
             spare_waits: st.spare_waits,
             segments_reused,
@@ -1012,6 +1015,7 @@ impl Shared {
                 let batch = std::mem::replace(&mut st.pending, rest);
                 let bytes: usize = batch.iter().map(|c| c.bytes().len()).sum();
                 st.pending_bytes -= bytes;
+                st.writing_bytes = bytes;
                 let first = batch[0].first();
                 let last = batch[batch.len() - 1].last();
                 (batch, first, last, bytes)
@@ -1034,6 +1038,7 @@ impl Shared {
                     {
                         let mut st = self.state.lock();
                         st.bytes_written += bytes as u64;
+                        st.writing_bytes = 0;
                         // Two buffers are enough: one being filled while one is written.
                         let room = 2usize.saturating_sub(st.free_buffers.len());
                         st.free_buffers.extend(emptied.into_iter().take(room));
