@@ -9,8 +9,10 @@
 //!                ─> rename MANIFEST ─> fsync dir ─> drop log segments older than the previous
 //!                snapshot, and snapshots older than the previous one
 //!
-//!   recovery:    MANIFEST ─> newest valid snapshot (else the previous one) ─> open the log
-//!                ─> replay records with LSN > snapshot LSN ─> raise the CAS floor
+//!   recovery:    MANIFEST ─> newest valid snapshot (else the previous one, else the whole
+//!                log) ─> open the log
+//!                ─> replay records with LSN > snapshot LSN ─> raise the CAS floor past every
+//!                unique on disk (+ 2^32 for uniques never durable)
 //! ```
 //!
 //! Why a fuzzy snapshot plus replay gives the exact state: L0 is read before the first shard
@@ -177,6 +179,8 @@ impl MutationSink for LogSink {
 pub struct PersistStats {
     pub checkpoints_done: u64,
     pub checkpoints_failed: u64,
+    /// Failures since the last checkpoint that succeeded (ARCUS `last_chkpt_failure_count`).
+    pub checkpoints_failed_in_a_row: u64,
     pub last_checkpoint_start_unix: u64,
     pub last_checkpoint_duration_ms: u64,
     pub last_checkpoint_status: String,
@@ -186,6 +190,8 @@ pub struct PersistStats {
     pub recovery_ms: u64,
     pub recovered_items: u64,
     pub recovered_log_records: u64,
+    /// Items left out at recovery because they no longer fit the store's limits.
+    pub recovery_dropped_items: u64,
 }
 
 /// The running persistence layer.
@@ -199,7 +205,11 @@ pub struct Persistence {
     stats: Mutex<PersistStats>,
     /// Held while a checkpoint runs.
     checkpoint_running: Mutex<()>,
-    /// Log bytes written when the last checkpoint started (for the ARCUS trigger).
+    /// Log bytes after the snapshot that recovery found (replayed at open): they count
+    /// toward the next checkpoint like bytes written since.
+    log_bytes_recovered: u64,
+    /// [`Persistence::log_bytes_written`] when the last checkpoint started (for the ARCUS
+    /// trigger).
     log_bytes_at_checkpoint: AtomicU64,
     /// ARCUS trigger settings, changeable at run time.
     pct_snapshot: AtomicU64,
@@ -217,7 +227,37 @@ fn now_unix() -> u32 {
         .map_or(0, |d| d.as_secs() as u32)
 }
 
+/// A Unix time as ARCUS prints it in `stats persistence`: `YYYYMMDDhhmmss` (UTC here;
+/// ARCUS uses local time), or `0` for "never".
+fn arcus_time(unix: u64) -> String {
+    if unix == 0 {
+        return "0".into();
+    }
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}{:02}{:02}{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 const MANIFEST: &str = "MANIFEST";
+
+/// How far recovery moves the CAS counter past the largest unique found on disk (2^32: far
+/// more than the records one log can hold in memory before they are written, so no unique
+/// a client saw before a crash is handed out again).
+const CAS_GAP_AFTER_RECOVERY: u64 = 1 << 32;
 
 /// Writes the manifest naming the current snapshot: temp file, fdatasync, rename, fsync dir.
 fn write_manifest(fs: &dyn FileSystem, dir: &Path, snapshot_lsn: Lsn) -> Result<(), PersistError> {
@@ -266,6 +306,24 @@ fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Lsn>, Persist
         .and_then(|v| v.parse().ok())
         .ok_or_else(bad)?;
     Ok(Some(lsn))
+}
+
+/// Removes what an unfinished checkpoint left in `dir` (its `.tmp` snapshot or manifest), so
+/// that failed checkpoints do not fill the disk. Never called while a checkpoint runs.
+fn remove_temp_files(fs: &dyn FileSystem, dir: &Path) {
+    let Ok(paths) = fs.list(dir) else { return };
+    for p in paths {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "MANIFEST.tmp" || (name.starts_with("snapshot-") && name.ends_with(".snap.tmp"))
+        {
+            match fs.remove(&p) {
+                Ok(()) => {
+                    tracing::info!("removed {}, left by an unfinished checkpoint", p.display())
+                }
+                Err(e) => tracing::warn!("cannot remove {}: {e}", p.display()),
+            }
+        }
+    }
 }
 
 /// Snapshot LSNs present in `dir`, newest first.
@@ -326,9 +384,13 @@ impl Persistence {
         ));
         let mut stats = PersistStats::default();
 
+        remove_temp_files(fs.as_ref(), &config.data_path);
         // 1. The newest loadable snapshot, starting from the one the manifest names.
         let manifest = read_manifest(fs.as_ref(), &config.data_path)?;
         let mut snapshot_lsn = 0;
+        // Set when snapshots exist but none loads: only a log that reaches back to its first
+        // record can stand in for them.
+        let mut no_snapshot_loaded = false;
         if let Some(named) = manifest {
             let candidates: Vec<Lsn> = list_snapshots(fs.as_ref(), &config.data_path)?
                 .into_iter()
@@ -345,27 +407,32 @@ impl Persistence {
                 let path = config.data_path.join(snapshot::file_name(lsn));
                 tracing::info!("loading snapshot {}", path.display());
                 let now = now_unix();
+                let dropped = AtomicU64::new(0);
                 let result = snapshot::load(fs.as_ref(), &path, recovery_threads(), |it| {
                     // An item that expired while cairn was down is not loaded at all.
-                    if it.exptime == 0 || it.exptime > now {
-                        replay::apply(
-                            &store,
-                            now,
-                            record::Record::Stored {
-                                key: it.key,
-                                value: it.value,
-                                flags: it.flags,
-                                exptime: it.exptime,
-                                cas: it.cas,
-                                stale: it.stale,
-                            },
-                        );
+                    if it.exptime != 0 && it.exptime <= now {
+                        store.raise_cas_floor(it.cas);
+                    } else if !replay::apply(
+                        &store,
+                        now,
+                        record::Record::Stored {
+                            key: it.key,
+                            value: it.value,
+                            flags: it.flags,
+                            exptime: it.exptime,
+                            cas: it.cas,
+                            stale: it.stale,
+                        },
+                    ) {
+                        dropped.fetch_add(1, Ordering::Relaxed);
                     }
                 });
                 match result {
-                    Ok((l, items)) => {
-                        loaded = Some(l);
-                        stats.recovered_items = items;
+                    Ok(snap) => {
+                        store.raise_cas_floor(snap.cas_floor);
+                        loaded = Some(snap.lsn);
+                        stats.recovered_items = snap.items;
+                        stats.recovery_dropped_items += dropped.into_inner();
                         stats.snapshot_bytes = fs.open(&path).and_then(|f| f.size()).unwrap_or(0);
                         break;
                     }
@@ -380,19 +447,41 @@ impl Persistence {
             }
             snapshot_lsn = match loaded {
                 Some(l) => l,
-                None if named == 0 => 0,
                 None => {
-                    return Err(PersistError::Unrecoverable(
-                        "no snapshot could be loaded (see the errors above)".into(),
-                    ))
+                    if named > 0 {
+                        tracing::warn!(
+                            "no snapshot could be loaded (see the errors above); trying the \
+                             whole log instead"
+                        );
+                        no_snapshot_loaded = true;
+                    }
+                    0
                 }
             };
         }
 
         // 2. Replay the log after the snapshot. The log must reach back to it.
-        let (first_seen, replayed) =
-            replay::replay(&log, &store, snapshot_lsn + 1, recovery_threads())?;
+        let replay::Replayed {
+            first_seen,
+            records: replayed,
+            bytes: log_bytes_recovered,
+            dropped,
+        } = replay::replay(&log, &store, snapshot_lsn + 1, recovery_threads())?;
+        stats.recovery_dropped_items += dropped;
+        if stats.recovery_dropped_items > 0 {
+            tracing::warn!(
+                "recovery: {} items did not fit this configuration (-m or -I smaller than when \
+                 they were written) and were left out",
+                stats.recovery_dropped_items
+            );
+        }
         if let Some(first) = first_seen {
+            if first != 1 && no_snapshot_loaded {
+                return Err(PersistError::Unrecoverable(format!(
+                    "no snapshot could be loaded (see the errors above), and the log starts at \
+                     record {first}, not at the first record: the state cannot be rebuilt"
+                )));
+            }
             if first != snapshot_lsn + 1 {
                 return Err(PersistError::Unrecoverable(format!(
                     "the log starts at record {first} but the snapshot needs it from {}",
@@ -415,6 +504,9 @@ impl Persistence {
             stats.recovered_items
         );
         stats.recovered_items = live;
+        // CAS uniques handed out before the crash but not durable (async mode, or a `gets` of a
+        // sync write that never became durable) are in no file: skip far past them.
+        store.raise_cas_floor(store.cas_floor().saturating_add(CAS_GAP_AFTER_RECOVERY));
         sink.recording.store(true, Ordering::SeqCst);
         // A `flush_all <delay>` whose time passed while cairn was down runs now, and is logged
         // (a Flushed record), so that the next recovery does not run it again over newer writes.
@@ -425,7 +517,6 @@ impl Persistence {
                 store.run_scheduled_flush(at);
             }
         }
-        let bytes_now = log.stats().bytes_written;
         Ok(Persistence {
             mode: AtomicU8::new(config.mode as u8),
             pct_snapshot: AtomicU64::new(config.chkpt_interval_pct_snapshot),
@@ -436,7 +527,8 @@ impl Persistence {
             store,
             stats: Mutex::new(stats),
             checkpoint_running: Mutex::new(()),
-            log_bytes_at_checkpoint: AtomicU64::new(bytes_now),
+            log_bytes_recovered,
+            log_bytes_at_checkpoint: AtomicU64::new(0),
         })
     }
 
@@ -492,6 +584,16 @@ impl Persistence {
         self.log.on_durable(f);
     }
 
+    /// The ARCUS checkpoint trigger's `chkpt_interval_pct_snapshot` in force.
+    pub fn chkpt_interval_pct_snapshot(&self) -> u64 {
+        self.pct_snapshot.load(Ordering::Relaxed)
+    }
+
+    /// The ARCUS checkpoint trigger's `chkpt_interval_min_logsize` (MiB) in force.
+    pub fn chkpt_interval_min_logsize_mb(&self) -> u64 {
+        self.min_logsize_mb.load(Ordering::Relaxed)
+    }
+
     pub fn set_chkpt_interval_pct_snapshot(&self, v: u64) {
         self.pct_snapshot.store(v, Ordering::Relaxed);
     }
@@ -500,10 +602,17 @@ impl Persistence {
         self.min_logsize_mb.store(v, Ordering::Relaxed);
     }
 
+    /// Log bytes since the snapshot recovery started from: those it replayed plus those
+    /// written since.
+    fn log_bytes_written(&self) -> u64 {
+        self.log_bytes_recovered + self.log.stats().bytes_written
+    }
+
     /// The ARCUS rule: log >= min size AND log >= snapshot size x pct / 100.
     pub fn checkpoint_due(&self) -> bool {
-        let log_bytes =
-            self.log.stats().bytes_written - self.log_bytes_at_checkpoint.load(Ordering::Relaxed);
+        let log_bytes = self
+            .log_bytes_written()
+            .saturating_sub(self.log_bytes_at_checkpoint.load(Ordering::Relaxed));
         let snap = self.stats.lock().snapshot_bytes;
         log_bytes >= self.min_logsize_mb.load(Ordering::Relaxed) << 20
             && log_bytes as u128 * 100
@@ -524,6 +633,7 @@ impl Persistence {
         match &result {
             Ok((items, bytes)) => {
                 st.checkpoints_done += 1;
+                st.checkpoints_failed_in_a_row = 0;
                 st.last_checkpoint_status = "success".into();
                 st.last_checkpoint_items = *items;
                 st.snapshot_bytes = *bytes;
@@ -534,8 +644,10 @@ impl Persistence {
             }
             Err(e) => {
                 st.checkpoints_failed += 1;
+                st.checkpoints_failed_in_a_row += 1;
                 st.last_checkpoint_status = format!("failed: {e}");
                 tracing::error!("checkpoint failed: {e}");
+                remove_temp_files(self.config.fs.as_ref(), &self.config.data_path);
             }
         }
         result
@@ -544,7 +656,7 @@ impl Persistence {
     fn checkpoint_inner(&self) -> Result<(u64, u64), PersistError> {
         let fs = self.config.fs.as_ref();
         let dir = &self.config.data_path;
-        let bytes_at_start = self.log.stats().bytes_written;
+        let bytes_at_start = self.log_bytes_written();
         // L0: every mutation with a record <= L0 is in memory already (see the module doc).
         // A pending `flush_all <delay>` is restated by a record after L0, since recovery from
         // this snapshot replays only records after L0 and the snapshot holds no schedule.
@@ -586,7 +698,9 @@ impl Persistence {
             });
             writer.add_encoded(&buf, items)?;
         }
-        let (items, bytes) = writer.finish()?;
+        // Read after the last item was copied: covers every unique handed out so far,
+        // including those of items deleted before the copy reached them.
+        let (items, bytes) = writer.finish(self.store.cas_floor())?;
         // Records up to L0 must be durable before the snapshot becomes current: otherwise a
         // crash could leave a log that restarts numbering below L0, behind the snapshot. So
         // must the restated schedule.
@@ -613,29 +727,21 @@ impl Persistence {
         Ok((items, bytes))
     }
 
-    /// `stats persistence` lines: (name, value).
+    /// `stats persistence` lines: (name, value). ARCUS's fields come first, with its names and
+    /// formats; cairn's own follow.
     pub fn stats(&self) -> Vec<(&'static str, String)> {
         let l = self.log.stats();
         let s = self.stats.lock().clone();
         let mode = self.mode();
+        // Saturating: a checkpoint starting after `l` was read may have moved the mark past it.
+        let since_checkpoint = (self.log_bytes_recovered + l.bytes_written)
+            .saturating_sub(self.log_bytes_at_checkpoint.load(Ordering::Relaxed));
+        let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
         vec![
             ("use_persistence", "on".into()),
-            ("mode", mode.name().into()),
-            (
-                "async_logging",
-                if mode == Mode::Async { "on" } else { "off" }.into(),
-            ),
-            (
-                "loss_window_ms",
-                if mode == Mode::Async {
-                    self.config.async_flush_ms
-                } else {
-                    0
-                }
-                .to_string(),
-            ),
             ("data_path", self.config.data_path.display().to_string()),
             ("logs_path", self.config.logs_path.display().to_string()),
+            ("async_logging", yes_no(mode == Mode::Async)),
             (
                 "chkpt_interval_pct_snapshot",
                 self.pct_snapshot.load(Ordering::Relaxed).to_string(),
@@ -645,16 +751,50 @@ impl Persistence {
                 self.min_logsize_mb.load(Ordering::Relaxed).to_string(),
             ),
             (
+                "recovery_elapsed_time_sec",
+                (s.recovery_ms / 1000).to_string(),
+            ),
+            (
+                "last_chkpt_in_progress",
+                yes_no(self.checkpoint_running.is_locked()),
+            ),
+            (
+                "last_chkpt_failure_count",
+                s.checkpoints_failed_in_a_row.to_string(),
+            ),
+            (
+                "last_chkpt_start_time",
+                arcus_time(s.last_checkpoint_start_unix),
+            ),
+            (
+                "last_chkpt_elapsed_time_sec",
+                (s.last_checkpoint_duration_ms / 1000).to_string(),
+            ),
+            (
+                "last_chkpt_snapshot_filesize_bytes",
+                s.snapshot_bytes.to_string(),
+            ),
+            (
+                "current_command_log_filesize_bytes",
+                since_checkpoint.to_string(),
+            ),
+            ("mode", mode.name().into()),
+            (
+                "loss_window_ms",
+                if mode == Mode::Async {
+                    self.config.async_flush_ms
+                } else {
+                    0
+                }
+                .to_string(),
+            ),
+            (
                 "checkpoint_rate_mb_s",
                 self.config.checkpoint_rate_mb_s.to_string(),
             ),
             ("log_segments", l.segments.to_string()),
             ("log_file_bytes", l.log_bytes.to_string()),
-            (
-                "log_bytes_since_checkpoint",
-                (l.bytes_written - self.log_bytes_at_checkpoint.load(Ordering::Relaxed))
-                    .to_string(),
-            ),
+            ("log_bytes_since_checkpoint", since_checkpoint.to_string()),
             ("log_appended_lsn", l.appended_lsn.to_string()),
             ("log_durable_lsn", l.durable_lsn.to_string()),
             ("log_pending_bytes", l.pending_bytes.to_string()),
@@ -691,6 +831,10 @@ impl Persistence {
             ("recovery_ms", s.recovery_ms.to_string()),
             ("recovered_items", s.recovered_items.to_string()),
             ("recovered_log_records", s.recovered_log_records.to_string()),
+            (
+                "recovery_dropped_items",
+                s.recovery_dropped_items.to_string(),
+            ),
             (
                 "writes_refused",
                 if self.write_refusal().is_some() {

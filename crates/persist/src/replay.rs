@@ -13,6 +13,7 @@
 //! (each sets or removes only its key). Only the flush records touch every key, so they wait
 //! until everything before them is applied and nothing after them is sent before they are.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use cairn_store::Store;
@@ -32,30 +33,44 @@ enum Work {
     Fence(SyncSender<()>),
 }
 
+/// What a replay did.
+pub(crate) struct Replayed {
+    /// The first LSN seen (None for an empty tail).
+    pub first_seen: Option<Lsn>,
+    /// Records replayed.
+    pub records: u64,
+    /// Their bytes in the log, record headers included.
+    pub bytes: u64,
+    /// Stored records that did not fit the store any more (see [`apply`]).
+    pub dropped: u64,
+}
+
 /// Replays every durable record with LSN >= `from` into `store` on `workers` threads.
-/// Returns the first LSN seen (None for an empty tail) and how many records were replayed.
 pub(crate) fn replay(
     log: &Log,
     store: &Store,
     from: Lsn,
     workers: usize,
-) -> Result<(Option<Lsn>, u64), PersistError> {
+) -> Result<Replayed, PersistError> {
     let workers = workers.max(1);
     let now = now_unix();
+    let dropped = AtomicU64::new(0);
+    let mut first_seen = None;
+    let mut replayed = 0u64;
+    let mut bytes = 0u64;
     std::thread::scope(|s| {
         let mut senders = Vec::with_capacity(workers);
         for _ in 0..workers {
             let (tx, rx) = sync_channel::<Work>(4);
             senders.push(tx);
-            s.spawn(move || apply_loop(store, now, rx));
+            let dropped = &dropped;
+            s.spawn(move || apply_loop(store, now, rx, dropped));
         }
         let mut batches: Vec<Vec<u8>> = (0..workers).map(|_| Vec::new()).collect();
         let send = |tx: &SyncSender<Work>, batch: &mut Vec<u8>| {
             let full = std::mem::replace(batch, Vec::with_capacity(BATCH_BYTES + 1024));
             tx.send(Work::Batch(full)).expect("a replay worker stopped");
         };
-        let mut first_seen = None;
-        let mut replayed = 0u64;
         log.read_from::<PersistError>(from, |lsn, payload| {
             first_seen.get_or_insert(lsn);
             let rec = record::decode(payload).ok_or_else(|| {
@@ -89,6 +104,7 @@ pub(crate) fn replay(
                 }
             }
             replayed += 1;
+            bytes += (cairn_wal::format::RECORD_HEADER_LEN + payload.len()) as u64;
             if replayed.is_multiple_of(1_000_000) {
                 tracing::info!("recovery: {replayed} log records replayed");
             }
@@ -101,19 +117,27 @@ pub(crate) fn replay(
         }
         // Dropping the senders ends the workers; the scope joins them.
         drop(senders);
-        Ok((first_seen, replayed))
+        Ok::<(), PersistError>(())
+    })?;
+    Ok(Replayed {
+        first_seen,
+        records: replayed,
+        bytes,
+        dropped: dropped.into_inner(),
     })
 }
 
 /// A worker: applies batches in the order they arrive until its channel closes.
-fn apply_loop(store: &Store, now: u32, rx: Receiver<Work>) {
+fn apply_loop(store: &Store, now: u32, rx: Receiver<Work>, dropped: &AtomicU64) {
     for work in rx {
         match work {
             Work::Batch(batch) => {
                 let mut rest = &batch[..];
                 while let Some((len, tail)) = rest.split_first_chunk::<4>() {
                     let (payload, next) = tail.split_at(u32::from_le_bytes(*len) as usize);
-                    apply(store, now, record::decode(payload).expect("decoded before"));
+                    if !apply(store, now, record::decode(payload).expect("decoded before")) {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                     rest = next;
                 }
             }
@@ -125,7 +149,10 @@ fn apply_loop(store: &Store, now: u32, rx: Receiver<Work>) {
 }
 
 /// Sets the store to what one record says (snapshot items are applied as Stored records).
-pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) {
+/// Returns false if a Stored record did not fit the store any more (a smaller `-m` or `-I`
+/// than when it was written): the key is then removed, as a cache would evict it, so that
+/// the value it overwrote cannot come back.
+pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) -> bool {
     match rec {
         Record::Stored {
             key,
@@ -135,15 +162,20 @@ pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) {
             cas,
             stale,
         } => {
-            // An item that does not fit any more (a smaller -m than before) is left out, as a
-            // cache would evict it.
-            let _ = store.entry(key, now, |e| {
+            let stored = store.entry(key, now, |e| {
                 let r = e.store(&[value], flags, exptime, Some(cas));
-                if stale {
+                if r.is_err() {
+                    e.delete();
+                } else if stale {
                     e.update_meta(|m| m.stale = true);
                 }
                 r
             });
+            if stored.is_err() {
+                // The unique was handed out once: never again.
+                store.raise_cas_floor(cas);
+                return false;
+            }
         }
         Record::Deleted { key } => {
             store.entry(key, now, |e| e.delete());
@@ -151,4 +183,5 @@ pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) {
         Record::Flushed => store.flush_all(),
         Record::FlushScheduled { at } => store.schedule_flush(at),
     }
+    true
 }

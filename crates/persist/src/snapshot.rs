@@ -2,15 +2,20 @@
 //!
 //! ```text
 //! "snapshot-<lsn, 20 digits>.snap"; integers little-endian
-//!   header, 32 bytes: magic "CAIRNSNP" | version u32 = 1 | reserved u32 | lsn u64 |
+//!   header, 32 bytes: magic "CAIRNSNP" | version u32 = 2 | reserved u32 | lsn u64 |
 //!                     header_crc u32 (CRC32C of bytes 0..24) | reserved u32
 //!   blocks:           len u32 (1..) | crc u32 (CRC32C of the block bytes) | block bytes
 //!     block bytes = items back to back:
 //!       klen u8 | key | flags u32 | exptime u32 | cas u64 | state u8 (bit 0 stale) |
 //!       vlen u32 | value
-//!   trailer, 32 bytes: 0xFFFFFFFF | magic "CAIRNEND" | items u64 | blocks u64 |
-//!                      crc u32 (CRC32C of the 28 trailer bytes before it)
+//!   trailer, 40 bytes: 0xFFFFFFFF | magic "CAIRNEND" | items u64 | blocks u64 |
+//!                      cas_floor u64 | crc u32 (CRC32C of the 36 trailer bytes before it)
+//!   (version 1, still read: a 32-byte trailer without cas_floor)
 //! ```
+//!
+//! `cas_floor` is the store's last CAS unique when the copy ended: at least every CAS the
+//! snapshot's items carry, and every CAS handed out to an item deleted before the copy ended,
+//! which the snapshot no longer shows.
 //!
 //! `lsn` is the log position the snapshot is consistent with: replaying every log record with
 //! a larger LSN over it gives the exact state (see docs/ARCHITECTURE.md for the argument).
@@ -26,9 +31,16 @@ use crate::PersistError;
 
 pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
 pub const END_MAGIC: &[u8; 8] = b"CAIRNEND";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const HEADER_LEN: usize = 32;
-const TRAILER_LEN: usize = 32;
+/// Trailer length by format version (1 had no `cas_floor`).
+fn trailer_len(version: u32) -> usize {
+    if version == 1 {
+        32
+    } else {
+        40
+    }
+}
 /// A block is written once it holds this many bytes.
 const BLOCK_TARGET: usize = 1 << 20;
 
@@ -154,20 +166,22 @@ impl Writer {
         }
     }
 
-    /// Writes the trailer and fdatasyncs. Returns (items, bytes).
-    pub fn finish(mut self) -> Result<(u64, u64), PersistError> {
+    /// Writes the trailer with `cas_floor` (the store's last CAS unique, read after the
+    /// last item was added) and fdatasyncs. Returns (items, bytes).
+    pub fn finish(mut self, cas_floor: u64) -> Result<(u64, u64), PersistError> {
         self.flush_block()?;
-        let mut t = [0u8; TRAILER_LEN];
+        let mut t = [0u8; 40];
         t[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
         t[4..12].copy_from_slice(END_MAGIC);
         t[12..20].copy_from_slice(&self.items.to_le_bytes());
         t[20..28].copy_from_slice(&self.blocks.to_le_bytes());
-        let crc = crc32c::crc32c(&t[0..28]);
-        t[28..32].copy_from_slice(&crc.to_le_bytes());
+        t[28..36].copy_from_slice(&cas_floor.to_le_bytes());
+        let crc = crc32c::crc32c(&t[0..36]);
+        t[36..40].copy_from_slice(&crc.to_le_bytes());
         let io = |e| PersistError::io(&self.path, e);
         self.file.write_at(self.offset, &t).map_err(io)?;
         self.file.sync_data().map_err(io)?;
-        Ok((self.items, self.offset + TRAILER_LEN as u64))
+        Ok((self.items, self.offset + t.len() as u64))
     }
 }
 
@@ -198,8 +212,18 @@ fn read_exact(
     Ok(())
 }
 
+/// What [`load`] found in a snapshot's header and trailer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loaded {
+    /// The log position the snapshot is consistent with.
+    pub lsn: u64,
+    pub items: u64,
+    /// See the module doc; 0 in a version 1 snapshot.
+    pub cas_floor: u64,
+}
+
 /// Reads and checks a whole snapshot, calling `f` for each item (only after its block's
-/// checksum passed). Returns (lsn, items). Any damage is an error naming the offset.
+/// checksum passed). Any damage is an error naming the offset.
 ///
 /// ```text
 ///   calling thread: header, trailer, then every block's 8-byte head ─> block index
@@ -217,30 +241,32 @@ pub fn load(
     path: &Path,
     workers: usize,
     f: impl Fn(SnapItem<'_>) + Sync,
-) -> Result<(u64, u64), PersistError> {
+) -> Result<Loaded, PersistError> {
     let file = fs.open(path).map_err(|e| PersistError::io(path, e))?;
     let size = file.size().map_err(|e| PersistError::io(path, e))?;
-    if size < (HEADER_LEN + TRAILER_LEN) as u64 {
+    if size < HEADER_LEN as u64 {
         return Err(bad(path, 0, "too short for a snapshot"));
     }
     let mut h = [0u8; HEADER_LEN];
     read_exact(file.as_ref(), path, 0, &mut h)?;
     let crc = u32::from_le_bytes(h[24..28].try_into().expect("4 bytes"));
-    if &h[0..8] != MAGIC
-        || u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) != VERSION
-        || crc != crc32c::crc32c(&h[0..24])
-    {
+    let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    if &h[0..8] != MAGIC || !(1..=VERSION).contains(&version) || crc != crc32c::crc32c(&h[0..24]) {
         return Err(bad(path, 0, "bad snapshot header"));
     }
     let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
     // Check the trailer first: an incomplete file is rejected before anything is loaded.
-    let mut t = [0u8; TRAILER_LEN];
-    let trailer_at = size - TRAILER_LEN as u64;
+    let tlen = trailer_len(version);
+    if size < (HEADER_LEN + tlen) as u64 {
+        return Err(bad(path, 0, "too short for a snapshot"));
+    }
+    let mut t = vec![0u8; tlen];
+    let trailer_at = size - tlen as u64;
     read_exact(file.as_ref(), path, trailer_at, &mut t)?;
-    let tcrc = u32::from_le_bytes(t[28..32].try_into().expect("4 bytes"));
+    let tcrc = u32::from_le_bytes(t[tlen - 4..].try_into().expect("4 bytes"));
     if t[0..4] != u32::MAX.to_le_bytes()
         || &t[4..12] != END_MAGIC
-        || tcrc != crc32c::crc32c(&t[0..28])
+        || tcrc != crc32c::crc32c(&t[..tlen - 4])
     {
         return Err(bad(
             path,
@@ -250,6 +276,10 @@ pub fn load(
     }
     let want_items = u64::from_le_bytes(t[12..20].try_into().expect("8 bytes"));
     let want_blocks = u64::from_le_bytes(t[20..28].try_into().expect("8 bytes"));
+    let cas_floor = match version {
+        1 => 0,
+        _ => u64::from_le_bytes(t[28..36].try_into().expect("8 bytes")),
+    };
 
     // The block index: (offset of the block's head, length, CRC), from the heads alone.
     let mut index = Vec::new();
@@ -325,7 +355,11 @@ pub fn load(
             "trailer counts do not match the blocks",
         ));
     }
-    Ok((lsn, items))
+    Ok(Loaded {
+        lsn,
+        items,
+        cas_floor,
+    })
 }
 
 fn decode_item(b: &[u8]) -> Option<SnapItem<'_>> {

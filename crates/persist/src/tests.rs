@@ -71,6 +71,15 @@ fn workload(p: &Persistence, model: &mut Model, round: u32) {
     }
 }
 
+/// A log with one round of writes, synced.
+fn one_synced_workload(fs: &FaultyFs) -> (Persistence, Model) {
+    let mut model = Model::new();
+    let p = open(fs).unwrap();
+    workload(&p, &mut model, 1);
+    p.sync().unwrap();
+    (p, model)
+}
+
 #[test]
 fn log_only_recovery_after_power_loss() {
     let fs = FaultyFs::new();
@@ -335,4 +344,223 @@ fn a_truncated_snapshot_falls_back_to_the_previous_one() {
         assert_eq!(contents(&p), model, "cut to {keep}");
         drop(p);
     }
+}
+
+/// The CAS unique `key` has now.
+fn cas_of(p: &Persistence, key: &str) -> u64 {
+    let store = p.store();
+    let mut found = None;
+    for i in 0..store.shard_count() {
+        store.visit_shard(i, now_unix(), |k, _, meta| {
+            if k == key.as_bytes() {
+                found = Some(meta.cas);
+            }
+        });
+    }
+    found.unwrap_or_else(|| panic!("{key} is missing"))
+}
+
+#[test]
+fn cas_uniques_of_deleted_items_are_not_handed_out_again() {
+    for checkpoint in [false, true] {
+        let fs = FaultyFs::new();
+        let mut model = Model::new();
+        let p = open(&fs).unwrap();
+        set(&p, &mut model, "a", "1");
+        set(&p, &mut model, "b", "2");
+        let seen = cas_of(&p, "b");
+        delete(&p, &mut model, "b");
+        if checkpoint {
+            // The snapshot holds only `a`, and the log before it is gone from the replay.
+            p.checkpoint().unwrap();
+        }
+        let p = crash_and_reopen(&fs, p);
+        assert_eq!(contents(&p), model);
+        set(&p, &mut model, "b", "3");
+        // Past the gap recovery leaves after the largest unique on disk, which must count
+        // the deleted item's.
+        assert!(
+            cas_of(&p, "b") > seen + CAS_GAP_AFTER_RECOVERY,
+            "checkpoint {checkpoint}: {} is not past {seen} and the gap",
+            cas_of(&p, "b")
+        );
+    }
+}
+
+#[test]
+fn recovery_skips_far_past_the_uniques_on_disk() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open(&fs).unwrap();
+    set(&p, &mut model, "a", "1");
+    let on_disk = cas_of(&p, "a");
+    let p = crash_and_reopen(&fs, p);
+    set(&p, &mut model, "b", "2");
+    assert!(
+        cas_of(&p, "b") > on_disk + CAS_GAP_AFTER_RECOVERY,
+        "uniques not durable may repeat"
+    );
+}
+
+#[test]
+fn a_version_1_snapshot_still_loads() {
+    let fs = FaultyFs::new();
+    let path = Path::new("/t/old.snap");
+    let mut block = Vec::new();
+    let item = snapshot::SnapItem {
+        key: b"k",
+        value: b"v",
+        flags: 7,
+        exptime: 0,
+        cas: 42,
+        stale: false,
+    };
+    snapshot::encode_item(&mut block, &item);
+    let mut file = Vec::new();
+    file.extend_from_slice(snapshot::MAGIC);
+    file.extend_from_slice(&1u32.to_le_bytes());
+    file.extend_from_slice(&[0; 4]);
+    file.extend_from_slice(&9u64.to_le_bytes());
+    let crc = crc32c::crc32c(&file);
+    file.extend_from_slice(&crc.to_le_bytes());
+    file.extend_from_slice(&[0; 4]);
+    file.extend_from_slice(&(block.len() as u32).to_le_bytes());
+    file.extend_from_slice(&crc32c::crc32c(&block).to_le_bytes());
+    file.extend_from_slice(&block);
+    let mut trailer = Vec::new();
+    trailer.extend_from_slice(&u32::MAX.to_le_bytes());
+    trailer.extend_from_slice(snapshot::END_MAGIC);
+    trailer.extend_from_slice(&1u64.to_le_bytes());
+    trailer.extend_from_slice(&1u64.to_le_bytes());
+    let crc = crc32c::crc32c(&trailer);
+    trailer.extend_from_slice(&crc.to_le_bytes());
+    file.extend_from_slice(&trailer);
+    fs.create(path).unwrap().write_at(0, &file).unwrap();
+    let items = std::sync::Mutex::new(Vec::new());
+    let loaded = snapshot::load(&fs, path, 1, |it| {
+        items.lock().unwrap().push((it.key.to_vec(), it.cas))
+    })
+    .unwrap();
+    assert_eq!(
+        loaded,
+        snapshot::Loaded {
+            lsn: 9,
+            items: 1,
+            cas_floor: 0
+        }
+    );
+    assert_eq!(items.into_inner().unwrap(), vec![(b"k".to_vec(), 42)]);
+}
+
+fn open_with_item_limit(fs: &FaultyFs, item_size_max_bytes: usize) -> Persistence {
+    Persistence::open(
+        config(Arc::new(fs.clone()), Path::new("/t")),
+        StoreConfig {
+            item_size_max_bytes,
+            ..StoreConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_value_too_large_for_the_restarted_store_does_not_bring_back_the_one_it_replaced() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open_with_item_limit(&fs, 64 << 10);
+    set(&p, &mut model, "k", "old");
+    set(&p, &mut model, "other", "kept");
+    p.checkpoint().unwrap();
+    set(&p, &mut model, "k", &"n".repeat(20 << 10));
+    p.sync().unwrap();
+    fs.power_loss();
+    std::mem::forget(p);
+    // Restarted with a smaller item limit: the new value no longer fits.
+    let p = open_with_item_limit(&fs, 8 << 10);
+    model.remove(b"k".as_slice());
+    assert_eq!(contents(&p), model, "the overwritten value came back");
+    let stats: BTreeMap<_, _> = p.stats().into_iter().collect();
+    assert_eq!(stats["recovery_dropped_items"], "1");
+}
+
+#[test]
+fn the_only_snapshot_damaged_recovers_from_the_whole_log() {
+    let fs = FaultyFs::new();
+    let (p, mut model) = one_synced_workload(&fs);
+    p.checkpoint().unwrap();
+    workload(&p, &mut model, 2);
+    p.sync().unwrap();
+    drop(p);
+    let snaps = list_snapshots(&fs, Path::new("/t/data")).unwrap();
+    assert_eq!(snaps.len(), 1);
+    fs.corrupt(
+        &Path::new("/t/data").join(snapshot::file_name(snaps[0])),
+        |b| b[40] ^= 0xff,
+    );
+    let p = open(&fs).expect("the log still starts at its first record");
+    assert_eq!(contents(&p), model);
+    let stats: BTreeMap<_, _> = p.stats().into_iter().collect();
+    assert_eq!(stats["snapshot_lsn"], "0");
+}
+
+#[test]
+fn every_snapshot_damaged_and_the_log_cut_refuses_to_start() {
+    let fs = FaultyFs::new();
+    let (p, _) = two_checkpoints_between_workloads(&fs);
+    p.sync().unwrap();
+    drop(p);
+    for snap in list_snapshots(&fs, Path::new("/t/data")).unwrap() {
+        fs.corrupt(&Path::new("/t/data").join(snapshot::file_name(snap)), |b| {
+            b[40] ^= 0xff
+        });
+    }
+    let err = open(&fs).err().expect("refused").to_string();
+    assert!(err.contains("no snapshot could be loaded"), "{err}");
+}
+
+#[test]
+fn the_checkpoint_trigger_counts_the_log_left_from_before_a_restart() {
+    let fs = FaultyFs::new();
+    let (p, _) = one_synced_workload(&fs);
+    let before: BTreeMap<_, _> = p.stats().into_iter().collect();
+    let p = crash_and_reopen(&fs, p);
+    let after: BTreeMap<_, _> = p.stats().into_iter().collect();
+    assert_ne!(after["log_bytes_since_checkpoint"], "0");
+    assert_eq!(
+        after["log_bytes_since_checkpoint"], before["log_bytes_since_checkpoint"],
+        "the replayed log is the log since the last checkpoint"
+    );
+    p.checkpoint().unwrap();
+    let stats: BTreeMap<_, _> = p.stats().into_iter().collect();
+    assert_eq!(stats["log_bytes_since_checkpoint"], "0");
+}
+
+#[test]
+fn temp_files_of_failed_checkpoints_are_removed() {
+    let fs = FaultyFs::new();
+    let (p, _) = one_synced_workload(&fs);
+    let temps = |fs: &FaultyFs| {
+        fs.list(Path::new("/t/data"))
+            .unwrap()
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "tmp"))
+            .count()
+    };
+    // Fails after the snapshot file was created and partly written.
+    fs.fail_after(Op::Sync, 0, libc_eio());
+    assert!(p.checkpoint().is_err());
+    assert_eq!(temps(&fs), 0, "left by the failed checkpoint");
+    // One left by a crash is removed at the next start.
+    fs.create(Path::new("/t/data/snapshot-00000000000000000001.snap.tmp"))
+        .unwrap();
+    std::mem::forget(p);
+    let _p = open(&fs).unwrap();
+    assert_eq!(temps(&fs), 0, "left by a crash");
+}
+
+#[test]
+fn arcus_time_is_utc_digits() {
+    assert_eq!(arcus_time(0), "0");
+    assert_eq!(arcus_time(1_608_661_262), "20201222182102");
+    assert_eq!(arcus_time(951_782_400), "20000229000000");
 }

@@ -57,6 +57,14 @@ pub struct Ctx {
     pub started: Instant,
 }
 
+/// Store shards for `-m` MiB: 64, or enough that one holds at most 32 MiB (up to 4,096). A
+/// checkpoint copies one shard at a time under that shard's lock, so this bounds how long it
+/// holds one; still smaller shards would evict in coarser steps (a shard evicts whole 1 MiB
+/// segments).
+fn shard_count(memory_limit_mb: u64) -> usize {
+    (memory_limit_mb / 32).clamp(64, 4096).next_power_of_two() as usize
+}
+
 impl Ctx {
     /// Builds the shared state from settings, recovering the store from disk unless
     /// persistence is off. Blocking: call it before serving.
@@ -65,7 +73,7 @@ impl Ctx {
             memory_limit_bytes: config.memory_limit_mb << 20,
             evict_when_full: !config.disable_evictions,
             item_size_max_bytes: config.item_size_max,
-            shard_count: 64,
+            shard_count: shard_count(config.memory_limit_mb),
         };
         let writes_refused = Arc::new(AtomicBool::new(false));
         let (store, persist, durable) = match config.mode() {
@@ -179,5 +187,14 @@ mod tests {
         assert_eq!(absolute_exptime(2_592_000, now), now + 2_592_000);
         assert_eq!(absolute_exptime(2_592_001, now), 2_592_001);
         assert_eq!(absolute_exptime(1_800_000_000, now), 1_800_000_000);
+    }
+
+    #[test]
+    fn shards_hold_at_most_32_mib_past_64_of_them() {
+        assert_eq!(shard_count(64), 64);
+        assert_eq!(shard_count(1024), 64);
+        assert_eq!(shard_count(2048), 64);
+        assert_eq!(shard_count(12_000), 512);
+        assert_eq!(shard_count(1 << 20), 4096);
     }
 }
