@@ -6,8 +6,13 @@
 //! ```
 //!
 //! Every setting lives in [`Config`]; the flag names follow memcached's.
+//!
+//! The settings that an admin line can also change while running (`config KEY N`, see
+//! `cmd/admin.rs`) keep their range in one place, [`ChkptSetting`], so that the file, the flags
+//! and the admin line accept exactly the same values.
 
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -55,9 +60,11 @@ pub struct Config {
     pub async_logging: Option<bool>,
     /// Async mode: the longest time an acknowledged write stays only in memory (ms).
     pub async_flush_ms: u64,
-    /// ARCUS: checkpoint when the log reaches this % of the snapshot size...
+    /// ARCUS: checkpoint when the log written since the last checkpoint reaches this % of the
+    /// snapshot size... Allowed: 1..=10000 ([`CHKPT_INTERVAL_PCT_SNAPSHOT`]).
     pub chkpt_interval_pct_snapshot: u64,
-    /// ARCUS: ...and at least this many MiB.
+    /// ARCUS: ...and at least this many MiB. Allowed: 1..=1048576, i.e. up to 1 TiB
+    /// ([`CHKPT_INTERVAL_MIN_LOGSIZE_MB`]).
     pub chkpt_interval_min_logsize: u64,
     /// Snapshot write rate limit in MiB/s (0 = unlimited), to keep serving at full speed.
     pub checkpoint_rate_mb_s: u64,
@@ -157,6 +164,12 @@ pub struct Flags {
     /// Run the command log's syncer under SCHED_BATCH (true or false).
     #[arg(long)]
     pub log_batch_sched: Option<bool>,
+    /// Checkpoint once the log is this % of the snapshot size (1 to 10000).
+    #[arg(long)]
+    pub chkpt_interval_pct_snapshot: Option<u64>,
+    /// ...and at least this many MiB (1 to 1048576).
+    #[arg(long)]
+    pub chkpt_interval_min_logsize: Option<u64>,
 }
 
 /// Why the server refuses to start.
@@ -171,6 +184,73 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid setting {key}: {why}")]
     Invalid { key: &'static str, why: String },
+}
+
+/// Values of `chkpt_interval_pct_snapshot` (percent of the snapshot size). 0 is refused: it
+/// would drop the ratio condition, leaving only the size one. Above 10000 (a log 100 times the
+/// snapshot before a checkpoint, all of it replayed at recovery) is taken for a typo.
+pub const CHKPT_INTERVAL_PCT_SNAPSHOT: RangeInclusive<u64> = 1..=10_000;
+
+/// Values of `chkpt_interval_min_logsize` (MiB). 0 is refused: with an empty snapshot it
+/// checkpoints at every check of the rule, that is every second. The top, 1 TiB, keeps the
+/// size in bytes (`<< 20`) far from overflowing a u64.
+pub const CHKPT_INTERVAL_MIN_LOGSIZE_MB: RangeInclusive<u64> = 1..=1 << 20;
+
+/// A checkpoint-interval setting: a key of the file and a flag at start, and an ARCUS admin line
+/// (`config KEY [N]`) while running. Both paths check a value with [`ChkptSetting::check`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChkptSetting {
+    /// `chkpt_interval_pct_snapshot`, in % ([`CHKPT_INTERVAL_PCT_SNAPSHOT`]).
+    PctSnapshot,
+    /// `chkpt_interval_min_logsize`, in MiB ([`CHKPT_INTERVAL_MIN_LOGSIZE_MB`]).
+    MinLogsize,
+}
+
+impl ChkptSetting {
+    /// The setting named `key` (the TOML key, which is also ARCUS's name), if it is one.
+    pub fn from_key(key: &str) -> Option<ChkptSetting> {
+        match key {
+            "chkpt_interval_pct_snapshot" => Some(ChkptSetting::PctSnapshot),
+            "chkpt_interval_min_logsize" => Some(ChkptSetting::MinLogsize),
+            _ => None,
+        }
+    }
+
+    /// The TOML key and admin-line name.
+    pub fn key(self) -> &'static str {
+        match self {
+            ChkptSetting::PctSnapshot => "chkpt_interval_pct_snapshot",
+            ChkptSetting::MinLogsize => "chkpt_interval_min_logsize",
+        }
+    }
+
+    /// The values accepted, everywhere.
+    pub fn range(self) -> RangeInclusive<u64> {
+        match self {
+            ChkptSetting::PctSnapshot => CHKPT_INTERVAL_PCT_SNAPSHOT,
+            ChkptSetting::MinLogsize => CHKPT_INTERVAL_MIN_LOGSIZE_MB,
+        }
+    }
+
+    /// `v` if it is in [`ChkptSetting::range`]; otherwise an error naming the key and the range.
+    pub fn check(self, v: u64) -> Result<u64, ConfigError> {
+        let range = self.range();
+        if range.contains(&v) {
+            return Ok(v);
+        }
+        let unit = match self {
+            ChkptSetting::PctSnapshot => "% of the snapshot size",
+            ChkptSetting::MinLogsize => "MiB",
+        };
+        Err(ConfigError::Invalid {
+            key: self.key(),
+            why: format!(
+                "must be between {} and {} ({unit})",
+                range.start(),
+                range.end()
+            ),
+        })
+    }
 }
 
 /// Parses `1048576`, `512k`, `1m`.
@@ -254,6 +334,12 @@ impl Config {
         if let Some(v) = flags.log_batch_sched {
             c.log_batch_sched = v;
         }
+        if let Some(v) = flags.chkpt_interval_pct_snapshot {
+            c.chkpt_interval_pct_snapshot = v;
+        }
+        if let Some(v) = flags.chkpt_interval_min_logsize {
+            c.chkpt_interval_min_logsize = v;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -302,6 +388,9 @@ impl Config {
                 "must hold at least two items of item_size_max",
             );
         }
+        // The same check as the admin line `config chkpt_interval_* N`.
+        ChkptSetting::PctSnapshot.check(self.chkpt_interval_pct_snapshot)?;
+        ChkptSetting::MinLogsize.check(self.chkpt_interval_min_logsize)?;
         Ok(())
     }
 
@@ -412,5 +501,109 @@ mod tests {
         let err = Config::load(&flags).unwrap_err().to_string();
         assert!(err.contains("persistence"), "{err}");
         assert_eq!(parse_size("2m"), Ok(2 << 20));
+    }
+
+    /// The error `Config::load` gives for the file `text` and the `extra` flags.
+    fn load_err(path: &Path, text: &str, extra: &[&str]) -> ConfigError {
+        std::fs::write(path, text).unwrap();
+        let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Config::load(&Flags::parse_from(args)).unwrap_err()
+    }
+
+    #[test]
+    fn chkpt_intervals_out_of_range_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let pct = "chkpt_interval_pct_snapshot";
+        let min = "chkpt_interval_min_logsize";
+        let cases: [(&str, &[&str], &str, &str); 6] = [
+            (
+                "chkpt_interval_pct_snapshot = 0\n",
+                &[],
+                pct,
+                "between 1 and 10000",
+            ),
+            (
+                "chkpt_interval_pct_snapshot = 10001\n",
+                &[],
+                pct,
+                "between 1 and 10000",
+            ),
+            (
+                "chkpt_interval_min_logsize = 0\n",
+                &[],
+                min,
+                "between 1 and 1048576",
+            ),
+            (
+                "chkpt_interval_min_logsize = 1048577\n",
+                &[],
+                min,
+                "between 1 and 1048576",
+            ),
+            // A flag is checked too, and it overrides a good file value.
+            (
+                "chkpt_interval_pct_snapshot = 100\n",
+                &["--chkpt-interval-pct-snapshot", "0"],
+                pct,
+                "between 1 and 10000",
+            ),
+            (
+                "",
+                &["--chkpt-interval-min-logsize", "0"],
+                min,
+                "between 1 and 1048576",
+            ),
+        ];
+        for (text, flags, key, range) in cases {
+            let err = load_err(&path, text, flags);
+            assert!(
+                matches!(err, ConfigError::Invalid { key: k, .. } if k == key),
+                "{text:?} {flags:?}: {err}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains(key) && message.contains(range),
+                "{message}"
+            );
+        }
+        // Both ends of each range are accepted, and a good flag mends a bad file value.
+        let c = load_with(
+            &path,
+            "chkpt_interval_pct_snapshot = 10000\nchkpt_interval_min_logsize = 0\n",
+            &["--chkpt-interval-min-logsize", "1048576"],
+        );
+        assert_eq!(
+            (c.chkpt_interval_pct_snapshot, c.chkpt_interval_min_logsize),
+            (10_000, 1 << 20)
+        );
+        let c = load_with(
+            &path,
+            "",
+            &[
+                "--chkpt-interval-pct-snapshot",
+                "1",
+                "--chkpt-interval-min-logsize",
+                "1",
+            ],
+        );
+        assert_eq!(
+            (c.chkpt_interval_pct_snapshot, c.chkpt_interval_min_logsize),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn chkpt_setting_names_and_ranges() {
+        for s in [ChkptSetting::PctSnapshot, ChkptSetting::MinLogsize] {
+            assert_eq!(ChkptSetting::from_key(s.key()), Some(s));
+            let (lo, hi) = (*s.range().start(), *s.range().end());
+            assert_eq!((s.check(lo).unwrap(), s.check(hi).unwrap()), (lo, hi));
+            assert!(s.check(lo - 1).is_err() && s.check(hi + 1).is_err());
+        }
+        assert_eq!(ChkptSetting::from_key("async_logging"), None);
+        // The defaults are valid.
+        Config::default().validate().unwrap();
     }
 }

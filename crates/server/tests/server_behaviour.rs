@@ -2,9 +2,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{golden, Server};
@@ -28,6 +28,123 @@ fn bad_config_refuses_to_start_naming_the_key() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("item_size_max"));
+}
+
+#[test]
+fn out_of_range_checkpoint_interval_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.toml");
+    let data = dir.path().join("data");
+    let refused = |text: &str, flags: &[&str], reason: &str| {
+        std::fs::write(&path, text).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["-p", "0", "--config", path.to_str().unwrap(), "--data-dir"])
+            .arg(&data)
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A server that starts prints its address; one that refuses closes stdout at exit.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        if first.starts_with("cairn listening on") {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{text:?} {flags:?}: the server started");
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text:?} {flags:?}: {err}");
+        assert!(err.contains(reason), "{text:?} {flags:?}: {err}");
+    };
+    refused(
+        "chkpt_interval_min_logsize = 0\n",
+        &[],
+        "chkpt_interval_min_logsize: must be between 1 and 1048576 (MiB)",
+    );
+    refused(
+        "chkpt_interval_pct_snapshot = 0\n",
+        &[],
+        "chkpt_interval_pct_snapshot: must be between 1 and 10000",
+    );
+    refused(
+        "",
+        &["--chkpt-interval-pct-snapshot", "10001"],
+        "chkpt_interval_pct_snapshot: must be between 1 and 10000",
+    );
+}
+
+#[test]
+fn config_lines_report_refuse_and_set_persistence_settings() {
+    let server = Server::start(&["--chkpt-interval-min-logsize", "300"]);
+    golden(
+        &mut server.connect(),
+        &[
+            // No value: the current one, then END.
+            ("config async_logging\r\n", "async_logging off\r\nEND\r\n"),
+            (
+                "config chkpt_interval_pct_snapshot\r\n",
+                "chkpt_interval_pct_snapshot 100\r\nEND\r\n",
+            ),
+            (
+                "config chkpt_interval_min_logsize\r\n",
+                "chkpt_interval_min_logsize 300\r\nEND\r\n",
+            ),
+            // Out of range: the same ranges as the config file, and nothing changes.
+            (
+                "config chkpt_interval_min_logsize 0\r\n",
+                "CLIENT_ERROR chkpt_interval_min_logsize must be between 1 and 1048576 (MiB)\r\n",
+            ),
+            (
+                "config chkpt_interval_min_logsize 1048577\r\n",
+                "CLIENT_ERROR chkpt_interval_min_logsize must be between 1 and 1048576 (MiB)\r\n",
+            ),
+            (
+                "config chkpt_interval_pct_snapshot 0\r\n",
+                "CLIENT_ERROR chkpt_interval_pct_snapshot must be between 1 and 10000 (% of the snapshot size)\r\n",
+            ),
+            (
+                "config chkpt_interval_pct_snapshot 10001\r\n",
+                "CLIENT_ERROR chkpt_interval_pct_snapshot must be between 1 and 10000 (% of the snapshot size)\r\n",
+            ),
+            (
+                "config chkpt_interval_pct_snapshot -5\r\n",
+                "CLIENT_ERROR bad value\r\n",
+            ),
+            (
+                "config async_logging yes\r\n",
+                "CLIENT_ERROR async_logging must be on or off\r\n",
+            ),
+            (
+                "config chkpt_interval_pct_snapshot\r\n",
+                "chkpt_interval_pct_snapshot 100\r\nEND\r\n",
+            ),
+            (
+                "config chkpt_interval_min_logsize\r\n",
+                "chkpt_interval_min_logsize 300\r\nEND\r\n",
+            ),
+            // A valid value shows in the next query.
+            ("config async_logging on\r\n", "OK\r\n"),
+            ("config async_logging\r\n", "async_logging on\r\nEND\r\n"),
+            ("config chkpt_interval_pct_snapshot 10000\r\n", "OK\r\n"),
+            (
+                "config chkpt_interval_pct_snapshot\r\n",
+                "chkpt_interval_pct_snapshot 10000\r\nEND\r\n",
+            ),
+            ("config chkpt_interval_min_logsize 1048576\r\n", "OK\r\n"),
+            (
+                "config chkpt_interval_min_logsize\r\n",
+                "chkpt_interval_min_logsize 1048576\r\nEND\r\n",
+            ),
+            (
+                "config chkpt_interval_sometimes\r\n",
+                "CLIENT_ERROR usage: config async_logging [on|off] | config chkpt_interval_pct_snapshot [N] | config chkpt_interval_min_logsize [N]\r\n",
+            ),
+        ],
+    );
 }
 
 #[test]

@@ -2,20 +2,40 @@
 //!
 //! ```text
 //!   checkpoint                               take a checkpoint now; OK when it is durable
-//!   config async_logging on|off              switch between async and sync acknowledgement
-//!   config chkpt_interval_pct_snapshot N     ARCUS checkpoint trigger: log >= N% of snapshot
-//!   config chkpt_interval_min_logsize N      ...and log >= N MiB
+//!   config async_logging [on|off]            switch between async and sync acknowledgement
+//!   config chkpt_interval_pct_snapshot [N]   ARCUS checkpoint trigger: log >= N% of snapshot
+//!   config chkpt_interval_min_logsize [N]    ...and log >= N MiB
+//! ```
+//!
+//! With a value, `config KEY V` sets the key and answers `OK`; a bad value changes nothing and
+//! gets `CLIENT_ERROR <why>` (the range comes from [`ChkptSetting::check`], the very check the
+//! config file and the flags go through). Without a value it reports the current one, shaped
+//! like ARCUS's answer to `config verbosity` with no argument: one line `KEY VALUE`, then `END`.
+//! The value is written as the setting line takes it (`on`/`off`, a number of % or of MiB):
+//!
+//! ```text
+//!   config async_logging\r\n                 ->  async_logging off\r\nEND\r\n
+//!   config chkpt_interval_min_logsize\r\n    ->  chkpt_interval_min_logsize 256\r\nEND\r\n
 //! ```
 
 use std::sync::Arc;
 
-use cairn_persist::{Mode, PersistError};
+use cairn_persist::{Mode, PersistError, Persistence};
 
+use crate::config::{ChkptSetting, ConfigError};
 use crate::Ctx;
+
+const USAGE: &str = "CLIENT_ERROR usage: config async_logging [on|off] | config chkpt_interval_pct_snapshot [N] | config chkpt_interval_min_logsize [N]";
 
 fn line(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// The answer to `config KEY` with no value: `KEY VALUE`, then `END`.
+fn current(out: &mut Vec<u8>, key: &str, value: &str) {
+    line(out, &format!("{key} {value}"));
+    line(out, "END");
 }
 
 /// Runs one admin line (`words[0]` is `checkpoint` or `config`).
@@ -30,32 +50,61 @@ pub async fn run(ctx: &Arc<Ctx>, words: &[String], out: &mut Vec<u8>) {
             let result = tokio::task::spawn_blocking(move || p.checkpoint()).await;
             match result {
                 Ok(Ok(_)) => line(out, "OK"),
-                Ok(Err(PersistError::Busy)) => line(out, "SERVER_ERROR a checkpoint is already running"),
+                Ok(Err(PersistError::Busy)) => {
+                    line(out, "SERVER_ERROR a checkpoint is already running")
+                }
                 Ok(Err(e)) => line(out, &format!("SERVER_ERROR checkpoint failed: {e}")),
                 Err(e) => line(out, &format!("SERVER_ERROR checkpoint failed: {e}")),
             }
         }
-        ["config", "async_logging", v @ ("on" | "off")] => {
-            let mode = if *v == "on" { Mode::Async } else { Mode::Sync };
+        ["config", "async_logging"] => {
+            let on = p.mode() == Mode::Async;
+            current(out, "async_logging", if on { "on" } else { "off" });
+        }
+        ["config", "async_logging", v] => {
+            let mode = match *v {
+                "on" => Mode::Async,
+                "off" => Mode::Sync,
+                _ => return line(out, "CLIENT_ERROR async_logging must be on or off"),
+            };
             match p.set_mode(mode) {
                 Ok(()) => line(out, "OK"),
                 Err(e) => line(out, &format!("SERVER_ERROR {e}")),
             }
         }
-        ["config", key @ ("chkpt_interval_pct_snapshot" | "chkpt_interval_min_logsize"), v] => {
-            match v.parse::<u64>() {
-                Ok(n) if n > 0 => {
-                    if *key == "chkpt_interval_pct_snapshot" {
-                        p.set_chkpt_interval_pct_snapshot(n);
-                    } else {
-                        p.set_chkpt_interval_min_logsize_mb(n);
-                    }
-                    line(out, "OK");
-                }
-                _ => line(out, "CLIENT_ERROR bad value"),
+        ["config", key] => match ChkptSetting::from_key(key) {
+            Some(s) => {
+                let v = match s {
+                    ChkptSetting::PctSnapshot => p.chkpt_interval_pct_snapshot(),
+                    ChkptSetting::MinLogsize => p.chkpt_interval_min_logsize_mb(),
+                };
+                current(out, s.key(), &v.to_string());
             }
-        }
-        ["config", ..] => line(out, "CLIENT_ERROR usage: config async_logging on|off | config chkpt_interval_pct_snapshot N | config chkpt_interval_min_logsize N"),
+            None => line(out, USAGE),
+        },
+        ["config", key, v] => match ChkptSetting::from_key(key) {
+            Some(s) => set_chkpt(&p, s, v, out),
+            None => line(out, USAGE),
+        },
+        ["config", ..] => line(out, USAGE),
         _ => line(out, "ERROR"),
+    }
+}
+
+/// `config chkpt_interval_* N`: takes effect at the next check of the checkpoint rule.
+fn set_chkpt(p: &Persistence, s: ChkptSetting, v: &str, out: &mut Vec<u8>) {
+    let Ok(n) = v.parse::<u64>() else {
+        return line(out, "CLIENT_ERROR bad value");
+    };
+    match s.check(n) {
+        Ok(n) => {
+            match s {
+                ChkptSetting::PctSnapshot => p.set_chkpt_interval_pct_snapshot(n),
+                ChkptSetting::MinLogsize => p.set_chkpt_interval_min_logsize_mb(n),
+            }
+            line(out, "OK");
+        }
+        Err(ConfigError::Invalid { key, why }) => line(out, &format!("CLIENT_ERROR {key} {why}")),
+        Err(e) => line(out, &format!("CLIENT_ERROR {e}")),
     }
 }
