@@ -187,16 +187,40 @@ fn check_round(
     }
 }
 
-/// A `stats persistence` field as a number (asked without `Conn::exchange`, whose `mn` is a
-/// durability fence in async mode).
-fn persistence_stat(c: &mut Conn, name: &str) -> u64 {
+/// A `stats persistence` field (asked without `Conn::exchange`, whose `mn` is a durability
+/// fence in async mode).
+fn persistence_stat(c: &mut Conn, name: &str) -> String {
     c.send(b"stats persistence\r\n");
     let stats = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
     stats
         .lines()
         .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
-        .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {stats}"))
+        .to_string()
+}
+
+/// A `stats persistence` field that is a number.
+fn persistence_number(c: &mut Conn, name: &str) -> u64 {
+    persistence_stat(c, name).parse().unwrap()
+}
+
+/// A bound for a step that should take milliseconds; passing it fails the test. Not a wait.
+fn give_up_at() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(30)
+}
+
+/// Bulk items loaded once, so that a checkpoint throttled to 1 MiB/s runs for about two
+/// seconds: long enough to be killed in the middle of it.
+const BULK_ITEMS: usize = 2000;
+
+fn load_bulk(c: &mut Conn) {
+    let value = "b".repeat(1000);
+    let mut requests = String::new();
+    for i in 0..BULK_ITEMS {
+        requests.push_str(&format!("set bulk-{i} 0 0 {}\r\n{value}\r\n", value.len()));
+    }
+    let replies = c.exchange(requests.as_bytes());
+    assert_eq!(replies, b"STORED\r\n".repeat(BULK_ITEMS));
 }
 
 /// Async mode: sets `n` keys with no fence, then polls `stats persistence` until the log says
@@ -210,10 +234,9 @@ fn write_until_the_timer_flushes(c: &mut Conn, round: usize, n: usize) -> Vec<(S
         c.send(format!("set {k} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes());
         assert_eq!(c.read_until(b"\r\n"), b"STORED\r\n");
     }
-    let appended = persistence_stat(c, "log_appended_lsn");
-    // A bound for a broken timer, far above async_flush_ms (100 ms); not a wait.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while persistence_stat(c, "log_durable_lsn") < appended {
+    let appended = persistence_number(c, "log_appended_lsn");
+    let deadline = give_up_at();
+    while persistence_number(c, "log_durable_lsn") < appended {
         assert!(
             std::time::Instant::now() < deadline,
             "round {round}: the flush timer never made a partial buffer durable"
@@ -223,15 +246,40 @@ fn write_until_the_timer_flushes(c: &mut Conn, round: usize, n: usize) -> Vec<(S
     pairs
 }
 
+/// Writes the server has served since it started (sets and deletes).
+fn writes_served(c: &mut Conn) -> u64 {
+    let stats = String::from_utf8(c.exchange(b"stats\r\n")).unwrap();
+    ["cmd_set", "delete_hits", "delete_misses"]
+        .iter()
+        .map(|name| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap()
+        })
+        .sum()
+}
+
 fn crash_loop(mode: &str, rounds: usize) {
     let seed = seed();
     let mut rng = Rng(seed);
     let tmp = tempfile::tempdir().unwrap();
+    let settings = tempfile::tempdir().unwrap();
+    let config = settings.path().join("cairn.toml");
+    std::fs::write(&config, "checkpoint_rate_mb_s = 1\n").unwrap();
+    let config = config.to_str().unwrap();
     let sync = mode == "sync";
     let mut known: HashMap<String, Option<String>> = HashMap::new();
     for round in 0..rounds {
-        let server = Server::start_in(tmp.path(), &["--persistence", mode, "-t", "2"]);
+        let server = Server::start_in(
+            tmp.path(),
+            &["--persistence", mode, "-t", "2", "--config", config],
+        );
         let addr = server.addr;
+        if round == 0 {
+            load_bulk(&mut server.connect());
+        }
         let flushed_by_timer = if sync {
             Vec::new()
         } else {
@@ -247,31 +295,39 @@ fn crash_loop(mode: &str, rounds: usize) {
             .collect();
         // Kill after a random number of writes, sometimes in the middle of a checkpoint.
         let mut c = server.connect();
-        loop {
-            let stats = String::from_utf8(c.exchange(b"stats\r\n")).unwrap();
-            let writes: u64 = ["cmd_set", "delete_hits", "delete_misses"]
-                .iter()
-                .map(|name| {
-                    stats
-                        .lines()
-                        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .unwrap()
-                })
-                .sum();
-            if writes >= kill_after {
-                break;
-            }
+        let before = writes_served(&mut c);
+        while writes_served(&mut c) - before < kill_after {
             std::thread::yield_now();
         }
         if checkpoint_now {
             c.send(b"checkpoint\r\n");
+            // Throttled to 1 MiB/s, it copies the bulk items for about two seconds.
+            let mut watch = server.connect();
+            let deadline = give_up_at();
+            while persistence_stat(&mut watch, "last_chkpt_in_progress") != "true" {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no checkpoint started"
+                );
+                std::thread::yield_now();
+            }
         }
         server.kill9();
         let writes: Vec<Writes> = writers.into_iter().map(|w| w.join().unwrap()).collect();
-        let server = Server::start_in(tmp.path(), &["--persistence", mode]);
+        let server = Server::start_in(tmp.path(), &["--persistence", mode, "--config", config]);
         let mut c = server.connect();
         check_round(&mut c, &mut known, &writes, sync, round);
+        let bulk = format!(
+            "VALUE bulk-{} 0 1000\r\n{}\r\nEND\r\n",
+            BULK_ITEMS - 1,
+            "b".repeat(1000)
+        );
+        assert_eq!(
+            String::from_utf8(c.exchange(format!("get bulk-{}\r\n", BULK_ITEMS - 1).as_bytes()))
+                .unwrap(),
+            bulk,
+            "round {round}: bulk items lost"
+        );
         for (key, value) in flushed_by_timer {
             assert_eq!(
                 get(&mut c, &key),
