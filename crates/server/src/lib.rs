@@ -69,6 +69,11 @@ impl Ctx {
     /// Builds the shared state from settings, recovering the store from disk unless
     /// persistence is off. Blocking: call it before serving.
     pub fn open(config: Config) -> Result<Arc<Ctx>, String> {
+        Ctx::open_on(config, Arc::new(cairn_wal::RealFs))
+    }
+
+    /// [`Ctx::open`] with the snapshots and the log on `fs` (a fault-injecting one in tests).
+    pub fn open_on(config: Config, fs: Arc<dyn cairn_wal::FileSystem>) -> Result<Arc<Ctx>, String> {
         let store_config = cairn_store::StoreConfig {
             memory_limit_bytes: config.memory_limit_mb << 20,
             evict_when_full: !config.disable_evictions,
@@ -96,7 +101,7 @@ impl Ctx {
                         segment_bytes: config.log_segment_mb << 20,
                         direct_io: config.log_direct_io,
                         syncer_batch_sched: config.log_batch_sched,
-                        fs: Arc::new(cairn_wal::RealFs),
+                        fs,
                     },
                     store_config,
                 )
