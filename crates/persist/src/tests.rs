@@ -166,18 +166,13 @@ fn a_damaged_log_refuses_to_start_naming_the_file() {
 
 #[test]
 fn a_crash_at_every_step_of_the_checkpoint_switch_loses_nothing() {
-    for (op, skip) in [
-        (Op::Create, 0),
-        (Op::Write, 0),
-        (Op::Write, 1),
-        (Op::Sync, 0),
-        (Op::Rename, 0),
-        (Op::SyncDir, 0),
-        (Op::Sync, 1),
-        (Op::Rename, 1),
-        (Op::SyncDir, 1),
-        (Op::SyncDir, 2),
-    ] {
+    // Every operation of each kind a checkpoint makes, in order (snapshot file, manifest,
+    // dropped segments kept for reuse); counts past the last one let the checkpoint finish.
+    let kinds = [Op::Create, Op::Write, Op::Sync, Op::Rename, Op::SyncDir];
+    let steps = kinds
+        .into_iter()
+        .flat_map(|op| (0..8).map(move |skip| (op, skip)));
+    for (op, skip) in steps {
         let fs = FaultyFs::new();
         let mut model = Model::new();
         let p = open(&fs).unwrap();
@@ -563,4 +558,41 @@ fn arcus_time_is_utc_digits() {
     assert_eq!(arcus_time(0), "0");
     assert_eq!(arcus_time(1_608_661_262), "20201222182102");
     assert_eq!(arcus_time(951_782_400), "20000229000000");
+}
+
+#[test]
+fn the_arcus_rule_needs_both_the_minimum_size_and_the_snapshot_percentage() {
+    let fs = FaultyFs::new();
+    let p = Persistence::open(
+        PersistConfig {
+            chkpt_interval_min_logsize_mb: 1,
+            chkpt_interval_pct_snapshot: 200,
+            ..config(Arc::new(fs.clone()), Path::new("/t"))
+        },
+        StoreConfig::default(),
+    )
+    .unwrap();
+    let mut model = Model::new();
+    let value = "x".repeat(1000);
+    let mut write_kib = |from: usize, kib: usize| {
+        for i in from..from + kib {
+            set(&p, &mut model, &format!("k{i}"), &value);
+        }
+        p.sync().unwrap();
+    };
+    // No snapshot yet: only the size counts.
+    write_kib(0, 900);
+    assert!(!p.checkpoint_due(), "under 1 MiB of log");
+    write_kib(900, 200);
+    assert!(p.checkpoint_due(), "1 MiB of log and no snapshot");
+    p.checkpoint().unwrap();
+    assert!(!p.checkpoint_due(), "just taken");
+    // The snapshot holds about 1.1 MiB: the log must now reach 200% of it, past the 1 MiB.
+    write_kib(0, 1100);
+    assert!(!p.checkpoint_due(), "1 MiB but under 200% of the snapshot");
+    write_kib(0, 1300);
+    assert!(p.checkpoint_due(), "over 200% of the snapshot");
+    // A run-time change applies at once.
+    p.set_chkpt_interval_min_logsize_mb(64);
+    assert!(!p.checkpoint_due(), "under the raised minimum");
 }
