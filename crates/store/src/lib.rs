@@ -152,13 +152,17 @@ pub struct Store {
     scheduled_flush: Mutex<Option<UnixSecs>>,
 }
 
-/// Smallest memory a shard gets; fewer shards are used for small limits so that each still
-/// holds several segments and eviction stays fine-grained.
-const MIN_SHARD_BYTES: u64 = 4 * segment::SEGMENT_SIZE as u64;
+/// Smallest memory a shard gets, in segments or in largest items, whichever is more: fewer
+/// shards are used for small limits so that each still holds several segments (eviction stays
+/// fine-grained) and several of the largest items (a shard evicts to stay in its share, so a
+/// share smaller than a few items would evict large items that fit the whole limit).
+const MIN_SHARD_SEGMENTS_OR_ITEMS: u64 = 4;
 
 impl Store {
     pub fn new(config: StoreConfig, sink: Option<Arc<dyn MutationSink>>) -> Store {
-        let by_memory = (config.memory_limit_bytes / MIN_SHARD_BYTES).max(1) as usize;
+        let min_shard_bytes = MIN_SHARD_SEGMENTS_OR_ITEMS
+            * (segment::SEGMENT_SIZE.max(config.item_size_max_bytes) as u64);
+        let by_memory = (config.memory_limit_bytes / min_shard_bytes).max(1) as usize;
         let count = config.shard_count.clamp(1, by_memory.max(1));
         let count = if count.is_power_of_two() {
             count

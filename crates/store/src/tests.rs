@@ -382,3 +382,29 @@ fn explicit_cas_raises_the_floor() {
     s.raise_cas_floor(5000);
     assert!(set(&s, b"c", b"z", 0, 0).cas > 5000);
 }
+
+#[test]
+fn large_items_that_fit_the_limit_are_not_evicted_by_their_shard() {
+    // 64 MiB with 4 MiB items: whatever shards the keys land in, four 3 MiB items fit.
+    let s = Store::new(
+        StoreConfig {
+            memory_limit_bytes: 64 << 20,
+            item_size_max_bytes: 4 << 20,
+            ..StoreConfig::default()
+        },
+        None,
+    );
+    let big = vec![7u8; 3 << 20];
+    for i in 0..4 {
+        let key = format!("big{i}");
+        s.entry(key.as_bytes(), 1, |e| e.store(&[&big], 0, 0, None))
+            .unwrap();
+    }
+    for i in 0..4 {
+        let key = format!("big{i}");
+        assert!(
+            s.entry(key.as_bytes(), 1, |e| e.item().is_some()),
+            "{key} was evicted"
+        );
+    }
+}
