@@ -259,9 +259,22 @@ const MANIFEST: &str = "MANIFEST";
 /// a client saw before a crash is handed out again).
 const CAS_GAP_AFTER_RECOVERY: u64 = 1 << 32;
 
-/// Writes the manifest naming the current snapshot: temp file, fdatasync, rename, fsync dir.
-fn write_manifest(fs: &dyn FileSystem, dir: &Path, snapshot_lsn: Lsn) -> Result<(), PersistError> {
-    let body = format!("cairn-manifest 1\nsnapshot_lsn {snapshot_lsn}\n");
+/// What the manifest says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Manifest {
+    /// The current snapshot (0 = none).
+    snapshot_lsn: Lsn,
+    /// A CAS unique at least as large as any handed out before the manifest was written
+    /// (0 in a manifest of an earlier build, which had no such line).
+    cas_floor: u64,
+}
+
+/// Writes the manifest: temp file, fdatasync, rename, fsync dir.
+fn write_manifest(fs: &dyn FileSystem, dir: &Path, m: Manifest) -> Result<(), PersistError> {
+    let body = format!(
+        "cairn-manifest 1\nsnapshot_lsn {}\ncas_floor {}\n",
+        m.snapshot_lsn, m.cas_floor
+    );
     let text = format!("{body}crc {}\n", crc32c::crc32c(body.as_bytes()));
     let tmp = dir.join("MANIFEST.tmp");
     let _ = fs.remove(&tmp);
@@ -276,7 +289,7 @@ fn write_manifest(fs: &dyn FileSystem, dir: &Path, snapshot_lsn: Lsn) -> Result<
 }
 
 /// Reads the manifest: Ok(None) if there is none yet.
-fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Lsn>, PersistError> {
+fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Manifest>, PersistError> {
     let path = dir.join(MANIFEST);
     let f = match fs.open(&path) {
         Ok(f) => f,
@@ -300,12 +313,15 @@ fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Lsn>, Persist
     {
         return Err(bad());
     }
-    let lsn = body
-        .lines()
-        .find_map(|l| l.strip_prefix("snapshot_lsn "))
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(bad)?;
-    Ok(Some(lsn))
+    let field = |name: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map(|v| v.parse::<u64>().map_err(|_| bad()))
+    };
+    Ok(Some(Manifest {
+        snapshot_lsn: field("snapshot_lsn").ok_or_else(bad)??,
+        cas_floor: field("cas_floor").transpose()?.unwrap_or(0),
+    }))
 }
 
 /// Removes what an unfinished checkpoint left in `dir` (its `.tmp` snapshot or manifest), so
@@ -391,7 +407,11 @@ impl Persistence {
         // Set when snapshots exist but none loads: only a log that reaches back to its first
         // record can stand in for them.
         let mut no_snapshot_loaded = false;
-        if let Some(named) = manifest {
+        if let Some(Manifest {
+            snapshot_lsn: named,
+            ..
+        }) = manifest
+        {
             let candidates: Vec<Lsn> = list_snapshots(fs.as_ref(), &config.data_path)?
                 .into_iter()
                 .filter(|&l| l <= named)
@@ -475,13 +495,21 @@ impl Persistence {
                 stats.recovery_dropped_items
             );
         }
+        let named = manifest.map_or(0, |m| m.snapshot_lsn);
+        // The whole log stands in for the snapshots only if it is the log they were taken
+        // from: it starts at record 1 and reaches the named snapshot's LSN (a checkpoint makes
+        // the log durable up to its LSN before the manifest names it). An empty or re-created
+        // log does not.
+        if no_snapshot_loaded && (first_seen != Some(1) || log.appended_lsn() < named) {
+            return Err(PersistError::Unrecoverable(format!(
+                "no snapshot could be loaded (see the errors above), and the log does not hold \
+                 every record from the first to {named} (it starts at {} and ends at {}): the \
+                 state cannot be rebuilt",
+                first_seen.map_or("none".to_string(), |f| f.to_string()),
+                log.appended_lsn()
+            )));
+        }
         if let Some(first) = first_seen {
-            if first != 1 && no_snapshot_loaded {
-                return Err(PersistError::Unrecoverable(format!(
-                    "no snapshot could be loaded (see the errors above), and the log starts at \
-                     record {first}, not at the first record: the state cannot be rebuilt"
-                )));
-            }
             if first != snapshot_lsn + 1 {
                 return Err(PersistError::Unrecoverable(format!(
                     "the log starts at record {first} but the snapshot needs it from {}",
@@ -505,8 +533,24 @@ impl Persistence {
         );
         stats.recovered_items = live;
         // CAS uniques handed out before the crash but not durable (async mode, or a `gets` of a
-        // sync write that never became durable) are in no file: skip far past them.
-        store.raise_cas_floor(store.cas_floor().saturating_add(CAS_GAP_AFTER_RECOVERY));
+        // sync write that never became durable) are in no file: skip far past them. The new
+        // floor goes into the manifest before anything is served, so that uniques handed out
+        // by this run and never made durable are skipped by the next recovery too.
+        let manifest_floor = manifest.map_or(0, |m| m.cas_floor);
+        store.raise_cas_floor(
+            store
+                .cas_floor()
+                .max(manifest_floor)
+                .saturating_add(CAS_GAP_AFTER_RECOVERY),
+        );
+        write_manifest(
+            fs.as_ref(),
+            &config.data_path,
+            Manifest {
+                snapshot_lsn: named,
+                cas_floor: store.cas_floor(),
+            },
+        )?;
         sink.recording.store(true, Ordering::SeqCst);
         // A `flush_all <delay>` whose time passed while cairn was down runs now, and is logged
         // (a Flushed record), so that the next recovery does not run it again over newer writes.
@@ -710,7 +754,15 @@ impl Persistence {
             .map_err(|e| PersistError::io(&path, e))?;
         fs.sync_dir(dir).map_err(|e| PersistError::io(dir, e))?;
         // The snapshot is durable: only now does the manifest point at it.
-        write_manifest(fs, dir, l0)?;
+        write_manifest(
+            fs,
+            dir,
+            Manifest {
+                snapshot_lsn: l0,
+                // At least the floor the last start wrote: the counter only grows.
+                cas_floor: self.store.cas_floor(),
+            },
+        )?;
         self.log_bytes_at_checkpoint
             .store(bytes_at_start, Ordering::Relaxed);
         let previous = self.stats.lock().snapshot_lsn;

@@ -596,3 +596,39 @@ fn the_arcus_rule_needs_both_the_minimum_size_and_the_snapshot_percentage() {
     p.set_chkpt_interval_min_logsize_mb(64);
     assert!(!p.checkpoint_due(), "under the raised minimum");
 }
+
+#[test]
+fn uniques_of_a_run_that_made_nothing_durable_are_skipped_too() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open(&fs).unwrap();
+    set(&p, &mut model, "a", "1");
+    let p = crash_and_reopen(&fs, p);
+    // Handed out (a client may have read it), never durable.
+    set(&p, &mut model, "b", "2");
+    let seen = cas_of(&p, "b");
+    fs.power_loss();
+    std::mem::forget(p);
+    let p = open(&fs).unwrap();
+    set(&p, &mut model, "c", "3");
+    assert!(cas_of(&p, "c") > seen, "{} repeats {seen}", cas_of(&p, "c"));
+}
+
+#[test]
+fn a_damaged_only_snapshot_with_its_log_gone_refuses_to_start() {
+    let fs = FaultyFs::new();
+    let (p, _) = one_synced_workload(&fs);
+    p.checkpoint().unwrap();
+    drop(p);
+    let snaps = list_snapshots(&fs, Path::new("/t/data")).unwrap();
+    fs.corrupt(
+        &Path::new("/t/data").join(snapshot::file_name(snaps[0])),
+        |b| b[40] ^= 0xff,
+    );
+    // The log folder lost (or logs_path pointed elsewhere): a new, empty log.
+    for f in fs.list(Path::new("/t/log")).unwrap() {
+        fs.remove(&f).unwrap();
+    }
+    let err = open(&fs).err().expect("refused").to_string();
+    assert!(err.contains("no snapshot could be loaded"), "{err}");
+}

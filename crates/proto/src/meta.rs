@@ -16,6 +16,11 @@ use base64::Engine;
 use crate::text::{data_block, parse_i64, parse_u32, parse_u64, refuse_block};
 use crate::{key_is_valid, ErrorKind, Limits, ProtocolError, Request};
 
+/// Largest CAS unique a client may set with meta `E`. The server's own counter continues past
+/// every unique it holds (and jumps 2^32 at each recovery), so the upper half of the range
+/// stays free for it and never wraps.
+pub const MAX_EXPLICIT_CAS: u64 = (1 << 63) - 1;
+
 /// Which meta command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MetaCmd {
@@ -170,7 +175,13 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
             b'R' => f.recache_ttl = Some(ttl()?),
             b'T' => f.new_ttl = Some(ttl()?),
             b'C' => f.compare_cas = Some(num()?),
-            b'E' => f.explicit_cas = Some(num()?),
+            b'E' => {
+                let cas = num()?;
+                if cas > MAX_EXPLICIT_CAS {
+                    return Err(ProtocolError::client("E cas over 2^63 - 1", line_len));
+                }
+                f.explicit_cas = Some(cas);
+            }
             b'D' => f.delta = Some(num()?),
             b'J' => f.initial = Some(num()?),
             b'F' => f.client_flags = Some(parse_u32(token).ok_or_else(|| bad_token(line_len))?),

@@ -255,6 +255,16 @@ fn meta_requests() {
     );
 }
 
+#[test]
+fn meta_explicit_cas_leaves_the_top_half_to_the_server() {
+    let (r, _) = ok(b"ms k 1 E9223372036854775807\r\nx\r\n");
+    let Request::Meta(m) = r else { panic!("meta") };
+    assert_eq!(m.flags.explicit_cas, Some(crate::meta::MAX_EXPLICIT_CAS));
+    let e = err(b"ms k 1 E9223372036854775808\r\nx\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR E cas over 2^63 - 1");
+    assert_eq!(e.swallow, 3, "the block is skipped");
+}
+
 /// Found by `cargo fuzz run parse` (see fuzz/README.md): an `ms` data length near u64::MAX was
 /// refused as too large with `swallow = len + 2`, which overflowed (and wrapped to 1 without
 /// overflow checks, so the "skipped" block was parsed as commands).

@@ -213,7 +213,8 @@ pub struct LogStats {
     pub appended_lsn: Lsn,
     /// Highest LSN known durable.
     pub durable_lsn: Lsn,
-    /// Bytes appended and not yet durable: buffered, or in the batch being written.
+    /// Bytes appended and not yet durable: buffered, or in the batch being written (after a
+    /// failed write, that batch stays counted: it never became durable).
     pub pending_bytes: u64,
     /// Appends that had to wait because `max_pending_bytes` were buffered (backpressure).
     pub backpressure_waits: u64,
