@@ -509,6 +509,17 @@ impl Persistence {
                 log.appended_lsn()
             )));
         }
+        // A checkpoint makes the log durable up to its snapshot's LSN before the manifest
+        // names it, so a log that ends before that is not this data's log (a lost log folder,
+        // or `logs_path` pointing elsewhere): starting would silently lose what came after.
+        if log.appended_lsn() < snapshot_lsn {
+            return Err(PersistError::Unrecoverable(format!(
+                "the log in {} ends at record {} but the snapshot was taken at {snapshot_lsn}: \
+                 the log after it is missing (is logs_path right?)",
+                config.logs_path.display(),
+                log.appended_lsn()
+            )));
+        }
         if let Some(first) = first_seen {
             if first != snapshot_lsn + 1 {
                 return Err(PersistError::Unrecoverable(format!(

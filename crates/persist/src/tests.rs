@@ -632,3 +632,16 @@ fn a_damaged_only_snapshot_with_its_log_gone_refuses_to_start() {
     let err = open(&fs).err().expect("refused").to_string();
     assert!(err.contains("no snapshot could be loaded"), "{err}");
 }
+
+#[test]
+fn a_snapshot_without_its_log_refuses_to_start() {
+    let fs = FaultyFs::new();
+    let (p, _) = one_synced_workload(&fs);
+    p.checkpoint().unwrap();
+    drop(p);
+    for f in fs.list(Path::new("/t/log")).unwrap() {
+        fs.remove(&f).unwrap();
+    }
+    let err = open(&fs).err().expect("refused").to_string();
+    assert!(err.contains("is logs_path right?"), "{err}");
+}
