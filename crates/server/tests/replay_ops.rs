@@ -18,9 +18,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use common::{golden, Conn, Server};
 
@@ -335,54 +332,8 @@ fn noreply_and_quiet_writes_are_durable_before_the_next_reply() {
 
 // ---- 3. an item over 2 MB ----------------------------------------------------------------------
 
-/// A cairn started without the harness. The harness always passes `--log-segment-mb 2`, which
-/// caps `-I` at 1 MiB (a segment must hold two items) and cannot be given twice.
-struct BigServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl BigServer {
-    fn start(dir: &Path) -> BigServer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args([
-                "-p",
-                "0",
-                "-I",
-                "4m",
-                "--log-segment-mb",
-                "16",
-                "--data-dir",
-            ])
-            .arg(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn cairn");
-        let stdout = child.stdout.take().expect("stdout");
-        let addr = BufReader::new(stdout)
-            .lines()
-            .find_map(|l| {
-                l.expect("read stdout")
-                    .strip_prefix("cairn listening on ")
-                    .map(|a| a.parse().expect("address"))
-            })
-            .expect("cairn exited before it was ready");
-        BigServer { child, addr }
-    }
-
-    /// kill -9 (also on drop).
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for BigServer {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
+/// Items up to 4 MiB, in log segments that hold two of them.
+const BIG: &[&str] = &["-I", "4m", "--log-segment-mb", "16"];
 
 /// `len` bytes of every value 0..=255 (CR and LF included), from a xorshift generator.
 fn big_value(seed: u64, len: usize) -> Vec<u8> {
@@ -430,14 +381,13 @@ fn an_item_over_2_mb_survives_kill9_in_the_snapshot_and_the_log() {
     let tmp = tempfile::tempdir().unwrap();
     let one = big_value(1, 3 << 20);
     let two = big_value(2, (3 << 20) - 1);
-    let mut server = BigServer::start(tmp.path());
-    let mut c = Conn::new(server.addr);
+    let server = Server::start_in(tmp.path(), BIG);
+    let mut c = server.connect();
     set_big(&mut c, "big1", &one);
     golden(&mut c, &[("checkpoint\r\n", "OK\r\n")]);
     set_big(&mut c, "big2", &two);
-    server.kill9();
-    let server = BigServer::start(tmp.path());
-    let mut c = Conn::new(server.addr);
+    let server = crash_restart(server, BIG);
+    let mut c = server.connect();
     assert!(get_big(&mut c, "big1") == one, "big1 differs");
     assert!(get_big(&mut c, "big2") == two, "big2 differs");
 }

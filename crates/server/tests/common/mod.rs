@@ -29,10 +29,18 @@ impl Server {
         s
     }
 
-    /// Starts the server on an existing data folder (a restart).
+    /// Starts the server on an existing data folder (a restart). Log segments are 2 MiB unless
+    /// `args` name their own `--log-segment-mb` (needed for items over 1 MiB).
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
+        let segments: &[&str] = if args.contains(&"--log-segment-mb") {
+            &[]
+        } else {
+            &["--log-segment-mb", "2"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["-p", "0", "--log-segment-mb", "2", "--data-dir"])
+            .args(["-p", "0"])
+            .args(segments)
+            .arg("--data-dir")
             .arg(dir)
             .args(args)
             .stdout(Stdio::piped())
