@@ -562,6 +562,12 @@ impl Log {
             truncating: Mutex::new(()),
         });
         let mut tail = shared.open_tail(tail_path, tail_end, tail_version)?;
+        // Recovery read the tail's records, and they count as durable from here on; after a
+        // kill -9 between a write and its fdatasync they may still be only in the page cache
+        // (or the disk's cache). Make them durable before anything relies on them.
+        tail.file
+            .sync_data()
+            .map_err(|e| WalError::io(&tail.path, e))?;
         shared.maybe_request_spare(&mut tail);
         let worker = Arc::clone(&shared);
         let spare_maker = std::thread::Builder::new()

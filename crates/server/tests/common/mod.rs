@@ -30,7 +30,8 @@ impl Server {
     }
 
     /// Starts the server on an existing data folder (a restart). Log segments are 2 MiB unless
-    /// `args` name their own `--log-segment-mb` (needed for items over 1 MiB).
+    /// `args` name their own `--log-segment-mb N`, as two arguments (needed for items over
+    /// 1 MiB).
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
         let segments: &[&str] = if args.contains(&"--log-segment-mb") {
             &[]
