@@ -1043,17 +1043,22 @@ fn the_syncer_can_run_under_sched_batch() {
     log.append(b"still works").unwrap();
 }
 
-#[test]
-fn pending_bytes_count_the_batch_being_written() {
-    let fs = FaultyFs::new();
+/// An async log with one 100-byte record written, its fdatasync blocked (`hold_syncs`).
+fn one_record_with_its_fdatasync_held(fs: &FaultyFs) -> (Log, Lsn) {
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
     fs.hold_syncs(true);
     let lsn = log.append(&[7u8; 100]).unwrap();
     log.request_durable(lsn);
-    // The syncer took the batch and is blocked in its fdatasync.
     while fs.syncs_held() == 0 {
         std::thread::yield_now();
     }
+    (log, lsn)
+}
+
+#[test]
+fn pending_bytes_count_the_batch_being_written() {
+    let fs = FaultyFs::new();
+    let (log, lsn) = one_record_with_its_fdatasync_held(&fs);
     let held = log.stats();
     fs.hold_syncs(false);
     log.wait_durable(lsn).unwrap();
@@ -1068,13 +1073,7 @@ fn pending_bytes_count_the_batch_being_written() {
 #[test]
 fn records_recovered_after_a_kill_are_made_durable_at_open() {
     let fs = FaultyFs::new();
-    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
-    fs.hold_syncs(true);
-    let lsn = log.append(&[7u8; 100]).unwrap();
-    log.request_durable(lsn);
-    while fs.syncs_held() == 0 {
-        std::thread::yield_now();
-    }
+    let (log, lsn) = one_record_with_its_fdatasync_held(&fs);
     // kill -9 between the write and its fdatasync: the write stays in the page cache.
     fs.fail_after(Op::Sync, 0, libc::EIO);
     fs.hold_syncs(false);
