@@ -403,15 +403,12 @@ impl Persistence {
         remove_temp_files(fs.as_ref(), &config.data_path);
         // 1. The newest loadable snapshot, starting from the one the manifest names.
         let manifest = read_manifest(fs.as_ref(), &config.data_path)?;
+        let named = manifest.map_or(0, |m| m.snapshot_lsn);
         let mut snapshot_lsn = 0;
         // Set when snapshots exist but none loads: only a log that reaches back to its first
         // record can stand in for them.
         let mut no_snapshot_loaded = false;
-        if let Some(Manifest {
-            snapshot_lsn: named,
-            ..
-        }) = manifest
-        {
+        if manifest.is_some() {
             let candidates: Vec<Lsn> = list_snapshots(fs.as_ref(), &config.data_path)?
                 .into_iter()
                 .filter(|&l| l <= named)
@@ -495,7 +492,6 @@ impl Persistence {
                 stats.recovery_dropped_items
             );
         }
-        let named = manifest.map_or(0, |m| m.snapshot_lsn);
         // The whole log stands in for the snapshots only if it is the log they were taken
         // from: it starts at record 1 and reaches the named snapshot's LSN (a checkpoint makes
         // the log durable up to its LSN before the manifest names it). An empty or re-created
@@ -657,21 +653,25 @@ impl Persistence {
         self.min_logsize_mb.store(v, Ordering::Relaxed);
     }
 
-    /// Log bytes since the snapshot recovery started from: those it replayed plus those
-    /// written since.
-    fn log_bytes_written(&self) -> u64 {
-        self.log_bytes_recovered + self.log.stats().bytes_written
+    /// Log bytes since the snapshot recovery started from, given the log's own count of
+    /// bytes written: those recovery replayed plus those written since.
+    fn log_bytes_written(&self, written_since_open: u64) -> u64 {
+        self.log_bytes_recovered + written_since_open
+    }
+
+    /// Log bytes written since the last checkpoint started. Saturating: a checkpoint that
+    /// started after `written_since_open` was read may have moved the mark past it.
+    fn log_bytes_since_checkpoint(&self, written_since_open: u64) -> u64 {
+        self.log_bytes_written(written_since_open)
+            .saturating_sub(self.log_bytes_at_checkpoint.load(Ordering::Relaxed))
     }
 
     /// The ARCUS rule: log >= min size AND log >= snapshot size x pct / 100.
     pub fn checkpoint_due(&self) -> bool {
-        let log_bytes = self
-            .log_bytes_written()
-            .saturating_sub(self.log_bytes_at_checkpoint.load(Ordering::Relaxed));
+        let log_bytes = self.log_bytes_since_checkpoint(self.log.stats().bytes_written);
         let snap = self.stats.lock().snapshot_bytes;
-        log_bytes >= self.min_logsize_mb.load(Ordering::Relaxed) << 20
-            && log_bytes as u128 * 100
-                >= snap as u128 * self.pct_snapshot.load(Ordering::Relaxed) as u128
+        log_bytes >= self.chkpt_interval_min_logsize_mb() << 20
+            && log_bytes as u128 * 100 >= snap as u128 * self.chkpt_interval_pct_snapshot() as u128
     }
 
     /// Takes a checkpoint now (blocking; runs while the server keeps serving).
@@ -711,7 +711,7 @@ impl Persistence {
     fn checkpoint_inner(&self) -> Result<(u64, u64), PersistError> {
         let fs = self.config.fs.as_ref();
         let dir = &self.config.data_path;
-        let bytes_at_start = self.log_bytes_written();
+        let bytes_at_start = self.log_bytes_written(self.log.stats().bytes_written);
         // L0: every mutation with a record <= L0 is in memory already (see the module doc).
         // A pending `flush_all <delay>` is restated by a record after L0, since recovery from
         // this snapshot replays only records after L0 and the snapshot holds no schedule.
@@ -796,9 +796,7 @@ impl Persistence {
         let l = self.log.stats();
         let s = self.stats.lock().clone();
         let mode = self.mode();
-        // Saturating: a checkpoint starting after `l` was read may have moved the mark past it.
-        let since_checkpoint = (self.log_bytes_recovered + l.bytes_written)
-            .saturating_sub(self.log_bytes_at_checkpoint.load(Ordering::Relaxed));
+        let since_checkpoint = self.log_bytes_since_checkpoint(l.bytes_written);
         let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
         vec![
             ("use_persistence", "on".into()),
@@ -807,11 +805,11 @@ impl Persistence {
             ("async_logging", yes_no(mode == Mode::Async)),
             (
                 "chkpt_interval_pct_snapshot",
-                self.pct_snapshot.load(Ordering::Relaxed).to_string(),
+                self.chkpt_interval_pct_snapshot().to_string(),
             ),
             (
                 "chkpt_interval_min_logsize",
-                self.min_logsize_mb.load(Ordering::Relaxed).to_string(),
+                self.chkpt_interval_min_logsize_mb().to_string(),
             ),
             (
                 "recovery_elapsed_time_sec",

@@ -33,12 +33,14 @@ pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
 pub const END_MAGIC: &[u8; 8] = b"CAIRNEND";
 pub const VERSION: u32 = 2;
 const HEADER_LEN: usize = 32;
+/// Trailer length of the version written.
+const TRAILER_LEN: usize = 40;
 /// Trailer length by format version (1 had no `cas_floor`).
 fn trailer_len(version: u32) -> usize {
     if version == 1 {
         32
     } else {
-        40
+        TRAILER_LEN
     }
 }
 /// A block is written once it holds this many bytes.
@@ -170,7 +172,7 @@ impl Writer {
     /// last item was added) and fdatasyncs. Returns (items, bytes).
     pub fn finish(mut self, cas_floor: u64) -> Result<(u64, u64), PersistError> {
         self.flush_block()?;
-        let mut t = [0u8; 40];
+        let mut t = [0u8; TRAILER_LEN];
         t[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
         t[4..12].copy_from_slice(END_MAGIC);
         t[12..20].copy_from_slice(&self.items.to_le_bytes());

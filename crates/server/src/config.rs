@@ -427,12 +427,17 @@ impl Config {
 mod tests {
     use super::*;
 
-    /// The config from a file holding `text` (written to `path`) and the `extra` flags.
-    fn load_with(path: &Path, text: &str, extra: &[&str]) -> Config {
+    /// What `Config::load` gives for a file holding `text` (written to `path`) and the `extra`
+    /// flags.
+    fn load_result(path: &Path, text: &str, extra: &[&str]) -> Result<Config, ConfigError> {
         std::fs::write(path, text).unwrap();
         let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
         args.extend_from_slice(extra);
-        Config::load(&Flags::parse_from(args)).unwrap()
+        Config::load(&Flags::parse_from(args))
+    }
+
+    fn load_with(path: &Path, text: &str, extra: &[&str]) -> Config {
+        load_result(path, text, extra).unwrap()
     }
 
     #[test]
@@ -503,14 +508,6 @@ mod tests {
         assert_eq!(parse_size("2m"), Ok(2 << 20));
     }
 
-    /// The error `Config::load` gives for the file `text` and the `extra` flags.
-    fn load_err(path: &Path, text: &str, extra: &[&str]) -> ConfigError {
-        std::fs::write(path, text).unwrap();
-        let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        Config::load(&Flags::parse_from(args)).unwrap_err()
-    }
-
     #[test]
     fn chkpt_intervals_out_of_range_are_refused_naming_the_key() {
         let dir = tempfile::tempdir().unwrap();
@@ -557,7 +554,7 @@ mod tests {
             ),
         ];
         for (text, flags, key, range) in cases {
-            let err = load_err(&path, text, flags);
+            let err = load_result(&path, text, flags).unwrap_err();
             assert!(
                 matches!(err, ConfigError::Invalid { key: k, .. } if k == key),
                 "{text:?} {flags:?}: {err}"
