@@ -79,6 +79,7 @@ impl Ctx {
             evict_when_full: !config.disable_evictions,
             item_size_max_bytes: config.item_size_max,
             shard_count: shard_count(config.memory_limit_mb),
+            hash_seed: None,
         };
         let writes_refused = Arc::new(AtomicBool::new(false));
         let (store, persist, durable) = match config.mode() {

@@ -13,6 +13,7 @@
 //!
 //! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds).
 
+pub mod flash;
 mod segment;
 mod shard;
 
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
+pub use flash::{FlashLoc, FlashTier};
 use segment::{DEAD, FETCHED, STALE, WIN_SENT};
 use shard::{Alloc, Loc, Shard};
 
@@ -39,6 +41,9 @@ pub struct StoreConfig {
     pub item_size_max_bytes: usize,
     /// Number of independently locked shards (power of two).
     pub shard_count: usize,
+    /// Seed of the key hash. None: a random one. The flash tier keeps its seed on the device,
+    /// since a checkpoint records flash entries by hash bits.
+    pub hash_seed: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -48,6 +53,7 @@ impl Default for StoreConfig {
             evict_when_full: true,
             item_size_max_bytes: 1 << 20,
             shard_count: 64,
+            hash_seed: None,
         }
     }
 }
@@ -133,6 +139,17 @@ pub struct StoreStats {
     pub evicted_unfetched: u64,
     /// `reclaimed`: expired items whose memory was reclaimed.
     pub reclaimed: u64,
+    /// Live items whose copy is on flash (included in `curr_items`).
+    pub flash_items: u64,
+    /// Items moved from RAM to flash by eviction.
+    pub evicted_to_flash: u64,
+    /// Flash entries removed by a store or delete of a key with the same hash tag (the key's
+    /// own old copy, or another key's that RAM cannot tell apart).
+    pub flash_tag_drops: u64,
+    /// Items brought back from flash to RAM (hot reads, and commands that change an item).
+    pub flash_promotions: u64,
+    /// RAM held by the flash entries of the index (slots + control bytes).
+    pub flash_index_bytes: u64,
 }
 
 /// The cache. Cheap to share behind an `Arc`; all methods take `&self`.
@@ -141,8 +158,8 @@ pub struct Store {
     config: StoreConfig,
     /// Independently locked parts; a key's shard is chosen by its hash.
     shards: Box<[Mutex<Shard>]>,
-    /// Hashes keys for shard choice and the index.
-    hasher: hashbrown::DefaultHashBuilder,
+    /// Hashes keys for shard choice and the index (seeded, see [`StoreConfig::hash_seed`]).
+    hasher: foldhash::fast::FixedState,
     /// The last CAS unique handed out.
     cas: AtomicU64,
     /// Observer of client-visible mutations (persistence), if any.
@@ -160,6 +177,15 @@ const MIN_SHARD_SEGMENTS_OR_ITEMS: u64 = 4;
 
 impl Store {
     pub fn new(config: StoreConfig, sink: Option<Arc<dyn MutationSink>>) -> Store {
+        Store::with_flash(config, sink, None)
+    }
+
+    /// A store whose RAM evictions go to `flash` instead of being dropped.
+    pub fn with_flash(
+        config: StoreConfig,
+        sink: Option<Arc<dyn MutationSink>>,
+        flash: Option<Arc<dyn FlashTier>>,
+    ) -> Store {
         let min_shard_bytes = MIN_SHARD_SEGMENTS_OR_ITEMS
             * (segment::SEGMENT_SIZE.max(config.item_size_max_bytes) as u64);
         let by_memory = (config.memory_limit_bytes / min_shard_bytes).max(1) as usize;
@@ -170,11 +196,19 @@ impl Store {
             count.next_power_of_two() / 2
         };
         let budget = (config.memory_limit_bytes / count as u64) as usize;
-        let shards = (0..count).map(|_| Mutex::new(Shard::new(budget))).collect();
+        let shards = (0..count)
+            .map(|_| Mutex::new(Shard::new(budget, flash.clone())))
+            .collect();
+        let seed = config.hash_seed.unwrap_or_else(|| {
+            use std::hash::{BuildHasher as _, Hasher as _};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(0);
+            h.finish()
+        });
         Store {
             config,
             shards,
-            hasher: hashbrown::DefaultHashBuilder::default(),
+            hasher: foldhash::fast::FixedState::with_seed(seed),
             cas: AtomicU64::new(0),
             sink,
             scheduled_flush: Mutex::new(None),
@@ -183,6 +217,11 @@ impl Store {
 
     fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
+    }
+
+    /// The hash the store files `key` under (its low bits are the flash tag).
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hash(key)
     }
 
     fn shard_index(&self, hash: u64) -> usize {
@@ -200,18 +239,32 @@ impl Store {
         self.shard_index(self.hash(key))
     }
 
-    /// Looks up a live item, copying it out. Expired items are removed lazily (counted in the
-    /// returned `ReadOutcome::Expired`). Marks the item fetched (does not report a mutation).
+    /// Looks up a live item in RAM, copying it out. Expired items are removed lazily (counted
+    /// in the returned `ReadOutcome::Expired`). Marks the item fetched (does not report a
+    /// mutation). An item on flash is a miss here: see [`Store::lookup`].
     pub fn get(&self, key: &[u8], now: UnixSecs) -> ReadOutcome {
+        match self.lookup(key, now) {
+            Lookup::Done(outcome) => outcome,
+            Lookup::Flash(_) => ReadOutcome::Miss,
+        }
+    }
+
+    /// [`Store::get`], or the flash locations that may hold the key: the caller reads them
+    /// (one device read each, usually one), then confirms with [`Store::flash_found`].
+    pub fn lookup(&self, key: &[u8], now: UnixSecs) -> Lookup {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         let Some(loc) = shard.find(hash, key) else {
-            return ReadOutcome::Miss;
+            let candidates = shard.flash_candidates(hash);
+            if candidates.is_empty() {
+                return Lookup::Done(ReadOutcome::Miss);
+            }
+            return Lookup::Flash(candidates);
         };
         let h = shard.header(loc);
         if h.exptime != 0 && h.exptime <= now {
             expire(&mut shard, hash, key, h.state);
-            return ReadOutcome::Expired;
+            return Lookup::Done(ReadOutcome::Expired);
         }
         let seg = shard.seg_mut(loc.slot);
         seg.set_state(loc.offset as usize, h.state | FETCHED);
@@ -219,7 +272,172 @@ impl Store {
             value: seg.value(&h).to_vec(),
             meta: meta_of(&h, seg.created),
         };
-        ReadOutcome::Hit(item)
+        Lookup::Done(ReadOutcome::Hit(item))
+    }
+
+    /// The flash locations that may hold `key` (no RAM copy exists then); empty if none.
+    pub fn flash_candidates(&self, key: &[u8]) -> Vec<FlashLoc> {
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
+        if shard.find(hash, key).is_some() {
+            return Vec::new();
+        }
+        shard.flash_candidates(hash)
+    }
+
+    /// After a device read found `key`'s item `item` at `loc` (checksum and key verified):
+    /// checks under the shard lock that the index still points there (it may have been
+    /// overwritten or deleted while the read ran) and that it has not expired. With
+    /// `promote` = Always, or IfHot and the item was read from flash before, the item moves
+    /// back to RAM with its CAS and metadata unchanged (not a client mutation: nothing logged).
+    pub fn flash_found(
+        &self,
+        key: &[u8],
+        loc: FlashLoc,
+        item: &Item,
+        now: UnixSecs,
+        promote: Promote,
+    ) -> FlashFound {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let Some(entry) = shard.flash_find_mut(loc) else {
+            return FlashFound::NotCurrent;
+        };
+        let fetched_before = entry.fetched();
+        *entry = entry.with_fetched();
+        if item.meta.exptime != 0 && item.meta.exptime <= now {
+            shard.flash_remove_place(loc);
+            shard.counters.reclaimed += 1;
+            if !fetched_before && !item.meta.fetched {
+                shard.counters.expired_unfetched += 1;
+            }
+            return FlashFound::Expired;
+        }
+        let promote = match promote {
+            Promote::Always => true,
+            Promote::IfHot(allowed) => fetched_before && allowed,
+            Promote::Never => false,
+        };
+        if !promote {
+            return FlashFound::Served;
+        }
+        shard.flash_remove_place(loc);
+        let m = item.meta;
+        let mut entry = Entry {
+            store: self,
+            shard,
+            key,
+            hash,
+            now,
+            expired: false,
+        };
+        let state = state_of(&ItemMeta { fetched: true, ..m });
+        match entry.store_inner(
+            &[&item.value],
+            m.flags,
+            m.exptime,
+            Some(m.cas),
+            state,
+            false,
+        ) {
+            Ok(_) => {
+                entry.shard.counters.flash_promotions += 1;
+                FlashFound::Promoted
+            }
+            // No room in RAM (-M): the flash copy is gone from the index, so the item left.
+            Err(_) => {
+                entry.shard.evicted_for_good(true);
+                FlashFound::Served
+            }
+        }
+    }
+
+    /// Forgets the flash copy at `loc` of `key` (a damaged or unreadable item): a miss from now
+    /// on. Returns whether the index still pointed there.
+    pub fn flash_forget(&self, key: &[u8], loc: FlashLoc) -> bool {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let removed = shard.flash_remove_place(loc);
+        if removed {
+            shard.evicted_for_good(loc.fetched());
+        }
+        removed
+    }
+
+    /// Flash eviction of one item found in a segment being reclaimed: if the index still
+    /// points at `loc` and the item was read since it was written, `reinsert` may give it a
+    /// new place (hot items get a bounded second chance); otherwise it leaves the cache.
+    pub fn flash_reclaim(
+        &self,
+        key: &[u8],
+        block: u32,
+        nblocks: u32,
+        reinsert: impl FnOnce(u64) -> Option<FlashLoc>,
+    ) -> Reclaimed {
+        let hash = self.hash(key);
+        let loc = FlashLoc::new(hash, block, nblocks);
+        let mut shard = self.shard(hash);
+        let Some(entry) = shard.flash_find_mut(loc) else {
+            return Reclaimed::Dead;
+        };
+        let loc = *entry;
+        if entry.fetched() {
+            if let Some(new) = reinsert(hash) {
+                // Same key, new place: the old segment's live count drops via release.
+                shard.flash_remove_place(loc);
+                shard.flash_insert(new);
+                return Reclaimed::Reinserted;
+            }
+        }
+        shard.flash_remove_place(loc);
+        shard.evicted_for_good(loc.fetched());
+        Reclaimed::Evicted
+    }
+
+    /// Removes every flash entry whose item starts in `blocks` (a segment dropped after an
+    /// I/O error): a scan of every shard, for rare events only. Returns how many.
+    pub fn flash_drop_blocks(&self, blocks: std::ops::Range<u32>) -> u64 {
+        let mut dropped = 0;
+        for s in self.shards.iter() {
+            let mut shard = s.lock();
+            let mut gone = Vec::new();
+            shard.flash.retain(|l| {
+                let keep = !blocks.contains(&l.block());
+                if !keep {
+                    gone.push(*l);
+                }
+                keep
+            });
+            for loc in gone {
+                shard.counters.curr_items -= 1;
+                shard.counters.flash_items -= 1;
+                if let Some(t) = &shard.tier {
+                    t.release(loc);
+                }
+                shard.evicted_for_good(loc.fetched());
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Calls `f` with every flash entry of shard `index`, under that shard's lock (a checkpoint
+    /// records them instead of the values).
+    pub fn visit_shard_flash(&self, index: usize, mut f: impl FnMut(FlashLoc)) {
+        let shard = self.shards[index].lock();
+        for &loc in shard.flash.iter() {
+            f(loc);
+        }
+    }
+
+    /// Recovery: puts back a flash entry a checkpoint recorded in shard `index` (the same
+    /// shard count as then). The caller checked that the device still holds that copy.
+    pub fn restore_flash(&self, index: usize, loc: FlashLoc) {
+        let mut shard = self.shards[index].lock();
+        if let Some(t) = &shard.tier {
+            t.restore(loc);
+        }
+        shard.flash_insert(loc);
     }
 
     /// Runs `f` with exclusive access to one key's slot (the shard lock is held during `f`).
@@ -379,7 +597,7 @@ fn expire(shard: &mut Shard, hash: u64, key: &[u8], state: u8) {
     }
 }
 
-fn meta_of(h: &segment::Header, stored_at: u32) -> ItemMeta {
+pub(crate) fn meta_of(h: &segment::Header, stored_at: u32) -> ItemMeta {
     ItemMeta {
         flags: h.flags,
         exptime: h.exptime,
@@ -404,6 +622,49 @@ pub enum ReadOutcome {
     Miss,
     /// The key existed but had expired (memcached counts these as `get_expired` and misses).
     Expired,
+}
+
+/// Result of [`Store::lookup`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Answered from RAM.
+    Done(ReadOutcome),
+    /// Not in RAM; these flash locations may hold it (usually one).
+    Flash(Vec<FlashLoc>),
+}
+
+/// Whether [`Store::flash_found`] moves the item back to RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promote {
+    /// Yes: a command is about to change it, or read it under the shard lock.
+    Always,
+    /// If it was read from flash before and the bound allows it (the bool).
+    IfHot(bool),
+    Never,
+}
+
+/// Result of [`Store::flash_found`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashFound {
+    /// The read value is current: serve it (it stays on flash).
+    Served,
+    /// The read value is current and is now in RAM.
+    Promoted,
+    /// The index no longer points there (overwritten, deleted, moved): look up again.
+    NotCurrent,
+    /// The item had expired: a miss, and it is gone.
+    Expired,
+}
+
+/// Result of [`Store::flash_reclaim`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reclaimed {
+    /// The copy was no longer indexed.
+    Dead,
+    /// Hot: written again elsewhere on flash.
+    Reinserted,
+    /// Left the cache.
+    Evicted,
 }
 
 /// Exclusive access to one key inside [`Store::entry`].
@@ -456,16 +717,19 @@ impl Entry<'_> {
         exptime: UnixSecs,
         cas: Option<u64>,
     ) -> Result<ItemMeta, StoreError> {
-        self.store_with_state(parts, flags, exptime, cas, 0)
+        self.store_inner(parts, flags, exptime, cas, 0, true)
     }
 
-    fn store_with_state(
+    /// Stores with item state bits `state`; `report`: tell the mutation sink (false only for
+    /// a promotion from flash, which changes where an item is, not what it is).
+    fn store_inner(
         &mut self,
         parts: &[&[u8]],
         flags: u32,
         exptime: UnixSecs,
         cas: Option<u64>,
         state: u8,
+        report: bool,
     ) -> Result<ItemMeta, StoreError> {
         let store = self.store;
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
@@ -498,7 +762,7 @@ impl Entry<'_> {
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(offset);
         let meta = meta_of(&h, seg.created);
-        if let Some(sink) = &store.sink {
+        if let (true, Some(sink)) = (report, &store.sink) {
             sink.on_mutation(&Mutation::Stored {
                 key: self.key,
                 value: seg.value(&h),
@@ -525,12 +789,13 @@ impl Entry<'_> {
             let value = seg.value(&h).to_vec();
             let state = state_of(&after);
             return self
-                .store_with_state(
+                .store_inner(
                     &[&value],
                     after.flags,
                     after.exptime,
                     Some(after.cas),
                     state,
+                    true,
                 )
                 .is_ok();
         }
@@ -558,9 +823,13 @@ impl Entry<'_> {
     }
 
     /// Removes the live item; returns whether one existed. Reports `Mutation::Deleted`.
+    /// Flash copies with the key's tag are removed too (the caller brought the key's own
+    /// flash copy to RAM first if it had one, see `Promote::Always`); their removal is logged
+    /// as well, so a crash cannot bring one back from a checkpoint.
     pub fn delete(&mut self) -> bool {
         let removed = self.shard.remove(self.hash, self.key).is_some();
-        if removed {
+        let flash_removed = self.shard.flash_remove_tag(self.hash) > 0;
+        if removed || flash_removed {
             if let Some(sink) = &self.store.sink {
                 sink.on_mutation(&Mutation::Deleted { key: self.key });
             }

@@ -14,9 +14,11 @@
 //! can later work segment by segment.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use crate::flash::{tag_of, FlashLoc, FlashTier};
 use crate::segment::{self, Header, Segment, DEAD, FETCHED, SEGMENT_SIZE};
 use crate::StoreStats;
 
@@ -37,11 +39,25 @@ pub struct ShardCounters {
     pub evicted_unfetched: u64,
     pub expired_unfetched: u64,
     pub reclaimed: u64,
+    /// Live items whose copy is on flash (counted in `curr_items` too).
+    pub flash_items: u64,
+    /// Items moved from RAM to flash by eviction.
+    pub evicted_to_flash: u64,
+    /// Flash entries removed by a store or delete of a key with their tag: the key's own old
+    /// copy, or another key's that RAM cannot tell apart from it.
+    pub flash_tag_drops: u64,
+    /// Items promoted from flash back to RAM.
+    pub flash_promotions: u64,
 }
 
 pub struct Shard {
     /// Key hash -> location of the live copy.
     pub index: HashTable<Loc>,
+    /// Tag -> location of a live copy on flash (see `crate::flash`). A key is in at most one
+    /// of `index` and `flash`.
+    pub flash: HashTable<FlashLoc>,
+    /// The flash tier evicted items go to, if one is configured.
+    pub tier: Option<Arc<dyn FlashTier>>,
     /// Segment storage; `None` marks a free slot.
     pub slots: Vec<Option<Segment>>,
     /// Slots in age order, oldest first; the last one is the head that takes appends.
@@ -66,9 +82,11 @@ pub enum Alloc {
 }
 
 impl Shard {
-    pub fn new(budget: usize) -> Shard {
+    pub fn new(budget: usize, tier: Option<Arc<dyn FlashTier>>) -> Shard {
         Shard {
             index: HashTable::new(),
+            flash: HashTable::new(),
+            tier,
             slots: Vec::new(),
             fifo: VecDeque::new(),
             budget,
@@ -79,7 +97,7 @@ impl Shard {
     }
 
     pub fn memory_used(&self) -> usize {
-        self.segment_bytes + self.index.capacity() * INDEX_SLOT_BYTES
+        self.segment_bytes + (self.index.capacity() + self.flash.capacity()) * INDEX_SLOT_BYTES
     }
 
     pub fn seg(&self, slot: u32) -> &Segment {
@@ -122,8 +140,15 @@ impl Shard {
         Some(h)
     }
 
-    /// Points `key` at `loc`, killing any older copy.
+    /// Points `key` at `loc`, killing any older copy, in RAM or on flash.
     pub fn link(&mut self, hash: u64, key: &[u8], loc: Loc, hash_of: &dyn Fn(&[u8]) -> u64) {
+        self.flash_remove_tag(hash);
+        self.link_ram(hash, key, loc, hash_of);
+    }
+
+    /// Points `key` at `loc`, killing an older copy in RAM (moves within RAM: the key has no
+    /// flash copy).
+    fn link_ram(&mut self, hash: u64, key: &[u8], loc: Loc, hash_of: &dyn Fn(&[u8]) -> u64) {
         let size = {
             let h = self.header(loc);
             h.item_len(loc.offset as usize)
@@ -207,15 +232,115 @@ impl Shard {
                     offset: at as u32,
                 };
                 self.move_item(from, head, hash, &key, hash_of, h.state & !FETCHED);
-            } else {
-                self.counters.evictions += 1;
-                if h.state & FETCHED == 0 {
-                    self.counters.evicted_unfetched += 1;
-                }
+            } else if !self.move_to_flash(oldest, &h, hash, &key, now) {
                 self.remove(hash, &key);
+                self.evicted_for_good(h.state & FETCHED != 0);
             }
         }
         self.free_segment(oldest);
+    }
+
+    /// The one place where a live item leaves the cache for good because of space (RAM
+    /// eviction without a flash copy, or a flash copy dropped by flash eviction or a failed
+    /// device). Not a client mutation: nothing is logged.
+    pub fn evicted_for_good(&mut self, fetched: bool) {
+        self.counters.evictions += 1;
+        if !fetched {
+            self.counters.evicted_unfetched += 1;
+        }
+    }
+
+    /// Hands the item at `at` of segment `slot` to the flash tier; on success its RAM entry is
+    /// replaced by a flash entry. An expired item is not written (it is removed by the caller).
+    fn move_to_flash(&mut self, slot: u32, h: &Header, hash: u64, key: &[u8], now: u32) -> bool {
+        let Some(tier) = self.tier.clone() else {
+            return false;
+        };
+        if h.exptime != 0 && h.exptime <= now {
+            return false;
+        }
+        let seg = self.seg(slot);
+        let meta = crate::meta_of(h, seg.created);
+        let Some(loc) = tier.admit(hash, key, seg.value(h), &meta) else {
+            return false;
+        };
+        self.remove(hash, key);
+        self.flash_insert(loc);
+        self.counters.evicted_to_flash += 1;
+        true
+    }
+
+    /// The flash entries that may be `hash`'s key (same tag); usually none or one.
+    pub fn flash_candidates(&self, hash: u64) -> Vec<FlashLoc> {
+        if self.flash.is_empty() {
+            return Vec::new();
+        }
+        let tag = tag_of(hash);
+        self.flash
+            .iter_hash(FlashLoc::table_hash(tag))
+            .filter(|l| l.tag() == tag)
+            .copied()
+            .collect()
+    }
+
+    /// Adds a flash entry (the caller made sure no other copy of its key is indexed).
+    pub fn flash_insert(&mut self, loc: FlashLoc) {
+        self.flash
+            .insert_unique(FlashLoc::table_hash(loc.tag()), loc, |l| {
+                FlashLoc::table_hash(l.tag())
+            });
+        self.counters.curr_items += 1;
+        self.counters.flash_items += 1;
+    }
+
+    /// Removes every flash entry with `hash`'s tag, so no older flash copy of the key stays
+    /// findable; another key with the same tag goes too (counted). Returns how many.
+    pub fn flash_remove_tag(&mut self, hash: u64) -> usize {
+        if self.flash.is_empty() {
+            return 0;
+        }
+        let tag = tag_of(hash);
+        let mut removed = 0;
+        while let Ok(e) = self
+            .flash
+            .find_entry(FlashLoc::table_hash(tag), |l| l.tag() == tag)
+        {
+            let (loc, _) = e.remove();
+            self.flash_released(loc);
+            removed += 1;
+        }
+        self.counters.flash_tag_drops += removed as u64;
+        removed
+    }
+
+    /// The entry for exactly this copy (fetched bit ignored), if it is still indexed.
+    pub fn flash_find_mut(&mut self, loc: FlashLoc) -> Option<&mut FlashLoc> {
+        self.flash.find_mut(FlashLoc::table_hash(loc.tag()), |l| {
+            l.place() == loc.place()
+        })
+    }
+
+    /// Removes the entry for exactly this copy; returns whether it was indexed.
+    pub fn flash_remove_place(&mut self, loc: FlashLoc) -> bool {
+        match self.flash.find_entry(FlashLoc::table_hash(loc.tag()), |l| {
+            l.place() == loc.place()
+        }) {
+            Ok(e) => {
+                let (old, _) = e.remove();
+                self.flash_released(old);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Accounts for a flash entry that left the index.
+    fn flash_released(&mut self, loc: FlashLoc) {
+        self.counters.curr_items -= 1;
+        self.counters.flash_items -= 1;
+        if let Some(tier) = &self.tier {
+            tier.release(loc);
+        }
     }
 
     /// Copies a live item to segment `to` and relinks the index to the copy.
@@ -239,7 +364,7 @@ impl Shard {
             h.cas,
             state,
         );
-        self.link(
+        self.link_ram(
             hash,
             key,
             Loc {
@@ -259,6 +384,13 @@ impl Shard {
 
     /// Drops every item.
     pub fn clear(&mut self) {
+        if let Some(tier) = &self.tier {
+            for &loc in self.flash.iter() {
+                tier.release(loc);
+            }
+        }
+        self.flash.clear();
+        self.counters.flash_items = 0;
         self.index.clear();
         self.slots.clear();
         self.fifo.clear();
@@ -335,6 +467,11 @@ impl Shard {
         s.evicted_unfetched += c.evicted_unfetched;
         s.expired_unfetched += c.expired_unfetched;
         s.reclaimed += c.reclaimed;
+        s.flash_items += c.flash_items;
+        s.evicted_to_flash += c.evicted_to_flash;
+        s.flash_tag_drops += c.flash_tag_drops;
+        s.flash_promotions += c.flash_promotions;
+        s.flash_index_bytes += (self.flash.capacity() * INDEX_SLOT_BYTES) as u64;
         s.memory_used_bytes += self.memory_used() as u64;
     }
 }

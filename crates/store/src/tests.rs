@@ -189,6 +189,7 @@ fn too_large_and_out_of_memory() {
             evict_when_full: false,
             item_size_max_bytes: 1 << 20,
             shard_count: 1,
+            ..StoreConfig::default()
         },
         None,
     );

@@ -1,0 +1,443 @@
+//! Tier tests on real files with O_DIRECT (the work disk), a store with a small RAM limit in
+//! front, and the fault-injecting device for I/O errors.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_store::{ReadOutcome, Store, StoreConfig};
+
+use super::*;
+
+const NOW: u32 = 1_000_000;
+
+/// A store of `ram_mb` MiB (one shard) evicting into a flash file of `segments` segments of
+/// 64 KiB, in a fresh directory next to the build (the work disk, where O_DIRECT works).
+struct Rig {
+    store: Arc<Store>,
+    flash: Arc<Flash>,
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+fn work_dir() -> tempfile::TempDir {
+    // /tmp is on the ext4 work disk here (O_DIRECT works); tmpfs would be refused.
+    tempfile::tempdir().unwrap()
+}
+
+fn config(path: PathBuf, segments: u64) -> FlashConfig {
+    FlashConfig {
+        segment_bytes: 64 << 10,
+        // Small segments fill fast: a deeper queue keeps a tight test loop from outrunning
+        // the writer (what happens then is tested by the drop counts).
+        write_queue: 16,
+        ..FlashConfig::new(path, BLOCK as u64 + segments * (64 << 10))
+    }
+}
+
+fn rig_with(
+    ram_mb: u64,
+    config_of: impl FnOnce(PathBuf) -> FlashConfig,
+    device: Option<Arc<dyn Device>>,
+) -> Rig {
+    let dir = work_dir();
+    let path = dir.path().join("flash.dat");
+    let config = config_of(path.clone());
+    let flash = match device {
+        Some(d) => Flash::open_on(config, d).unwrap(),
+        None => Flash::open(config).unwrap(),
+    };
+    let store = Arc::new(Store::with_flash(
+        StoreConfig {
+            memory_limit_bytes: ram_mb << 20,
+            shard_count: 1,
+            hash_seed: Some(flash.hash_seed()),
+            ..StoreConfig::default()
+        },
+        None,
+        Some(flash.clone() as Arc<dyn FlashTier>),
+    ));
+    flash.start(&store);
+    Rig {
+        store,
+        flash,
+        _dir: dir,
+        path,
+    }
+}
+
+fn rig(ram_mb: u64, segments: u64) -> Rig {
+    rig_with(ram_mb, |p| config(p, segments), None)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn set(r: &Rig, key: &[u8], value: &[u8]) -> u64 {
+    r.store
+        .entry(key, NOW, |e| e.store(&[value], 5, 0, None))
+        .unwrap()
+        .cas
+}
+
+fn get(r: &Rig, key: &[u8]) -> Option<Item> {
+    match block_on(r.flash.get(&r.store, key, NOW, Promotion::IfHot)) {
+        ReadOutcome::Hit(i) => Some(i),
+        _ => None,
+    }
+}
+
+fn value_of(i: usize) -> Vec<u8> {
+    format!("value-{i:08}-").repeat(8).into_bytes()
+}
+
+/// Polls `cond` until it holds; fails past a generous bound (not a wait for a fixed time).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn evicted_items_go_to_flash_and_read_back_exactly() {
+    // 6 MiB of items through 4 MiB of RAM: most end on flash.
+    let r = rig(4, 200);
+    let n = 50_000;
+    let mut cas = Vec::new();
+    for i in 0..n {
+        cas.push(set(&r, format!("key-{i}").as_bytes(), &value_of(i)));
+    }
+    let s = r.store.stats();
+    assert!(s.flash_items > (n / 3) as u64, "{s:?}");
+    // Items the writer could not take (it may fall behind this loop) left for good, and so
+    // did the rare flash item whose tag a new key shared: both counted.
+    assert_eq!(
+        s.curr_items + s.evictions + s.flash_tag_drops,
+        n as u64,
+        "{s:?}"
+    );
+    eventually("segments written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) > 0
+    });
+    let mut misses = 0;
+    for (i, cas) in cas.iter().enumerate() {
+        match get(&r, format!("key-{i}").as_bytes()) {
+            Some(item) => {
+                assert_eq!(item.value, value_of(i), "key-{i}");
+                assert_eq!(
+                    (item.meta.cas, item.meta.flags),
+                    (*cas, 5),
+                    "key-{i} keeps its CAS"
+                );
+            }
+            None => misses += 1,
+        }
+    }
+    assert_eq!(
+        misses,
+        s.evictions + s.flash_tag_drops,
+        "every item not evicted is there"
+    );
+    let c = &r.flash.counters;
+    assert!(c.flash_device_reads.load(Relaxed) > 0);
+    assert_eq!(c.badcrc_from_extstore.load(Relaxed), 0);
+    // Reads per flash hit: exactly one, device or buffer, apart from tag collisions.
+    let reads = c.flash_device_reads.load(Relaxed) + c.flash_buffered_reads.load(Relaxed);
+    assert_eq!(
+        reads,
+        c.get_extstore.load(Relaxed) + c.miss_from_extstore.load(Relaxed)
+    );
+    // A miss touches the device only on a tag collision.
+    let before = c.flash_device_reads.load(Relaxed);
+    for i in 0..1000 {
+        assert!(get(&r, format!("absent-{i}").as_bytes()).is_none());
+    }
+    assert!(c.flash_device_reads.load(Relaxed) - before <= 10);
+    r.flash.stop();
+}
+
+#[test]
+fn overwrite_and_delete_never_bring_back_a_flash_copy() {
+    let r = rig(4, 200);
+    for i in 0..40_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    assert!(
+        r.store.flash_candidates(b"key-0").len() == 1,
+        "key-0 is on flash"
+    );
+    set(&r, b"key-0", b"new");
+    assert_eq!(get(&r, b"key-0").unwrap().value, b"new");
+    assert!(r.store.entry(b"key-1", NOW, |e| e.delete()) || get(&r, b"key-1").is_none());
+    assert!(
+        get(&r, b"key-1").is_none(),
+        "a deleted flash item stays deleted"
+    );
+    // Push the new copy of key-0 to flash too, then read it: the new value, never the old.
+    for i in 40_000..80_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    assert_eq!(get(&r, b"key-0").map(|i| i.value), Some(b"new".to_vec()));
+    r.flash.stop();
+}
+
+#[test]
+fn keys_sharing_a_tag_are_told_apart_and_an_overwrite_removes_both() {
+    let r = rig(4, 200);
+    // Find two keys with the same 26-bit tag (a birthday search over one seed).
+    let mut seen = std::collections::HashMap::new();
+    let (a, b) = (0..)
+        .find_map(|i: u64| {
+            let k = format!("t{i}");
+            let tag = cairn_store::flash::tag_of(r.store.key_hash(k.as_bytes()));
+            seen.insert(tag, k.clone()).map(|other| (other, k))
+        })
+        .unwrap();
+    // Apart by more than a block, so that each has a flash block of its own.
+    set(&r, a.as_bytes(), b"A1");
+    for i in 0..100 {
+        set(&r, format!("gap-{i}").as_bytes(), &value_of(i));
+    }
+    set(&r, b.as_bytes(), b"B1");
+    for i in 0..40_000 {
+        set(&r, format!("fill-{i}").as_bytes(), &value_of(i));
+    }
+    assert_eq!(
+        r.store.flash_candidates(a.as_bytes()).len(),
+        2,
+        "both on flash, one tag"
+    );
+    assert_eq!(get(&r, a.as_bytes()).unwrap().value, b"A1");
+    assert_eq!(get(&r, b.as_bytes()).unwrap().value, b"B1");
+    let drops_before = r.store.stats().flash_tag_drops;
+    set(&r, a.as_bytes(), b"A2");
+    assert_eq!(get(&r, a.as_bytes()).unwrap().value, b"A2");
+    // B could not be told from A in RAM: it went too (a miss, never a wrong value).
+    assert!(get(&r, b.as_bytes()).is_none());
+    assert_eq!(
+        r.store.stats().flash_tag_drops - drops_before,
+        2,
+        "A's old copy and B"
+    );
+    r.flash.stop();
+}
+
+#[test]
+fn flash_eviction_reuses_segments_and_never_serves_a_wrong_value() {
+    // 10 segments of 64 KiB behind 4 MiB of RAM: flash fills many times over.
+    let r = rig(4, 10);
+    let n = 60_000;
+    for i in 0..n {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("flash eviction ran", || {
+        r.flash.counters.extstore_page_evictions.load(Relaxed)
+            + r.flash.counters.extstore_page_reclaims.load(Relaxed)
+            > 0
+    });
+    let mut hits = 0;
+    for i in 0..n {
+        if let Some(item) = get(&r, format!("key-{i}").as_bytes()) {
+            assert_eq!(item.value, value_of(i), "key-{i}");
+            hits += 1;
+        }
+    }
+    assert!(hits > 0 && hits < n, "{hits}");
+    let s = r.store.stats();
+    assert!(s.evictions > 0, "items left for good: {s:?}");
+    r.flash.stop();
+}
+
+#[test]
+fn a_hot_item_is_promoted_to_ram_on_its_second_read() {
+    let r = rig(4, 200);
+    for i in 0..40_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    assert_eq!(r.store.flash_candidates(b"key-3").len(), 1);
+    let cas = get(&r, b"key-3").unwrap().meta.cas;
+    assert_eq!(
+        r.store.flash_candidates(b"key-3").len(),
+        1,
+        "first read: stays on flash"
+    );
+    assert_eq!(get(&r, b"key-3").unwrap().meta.cas, cas);
+    assert!(
+        r.store.flash_candidates(b"key-3").is_empty(),
+        "second read: in RAM"
+    );
+    let ReadOutcome::Hit(item) = r.store.get(b"key-3", NOW) else {
+        panic!("in RAM")
+    };
+    assert_eq!(
+        (item.value, item.meta.cas, item.meta.flags),
+        (value_of(3), cas, 5)
+    );
+    assert_eq!(r.store.stats().flash_promotions, 1);
+    r.flash.stop();
+}
+
+#[test]
+fn a_corrupted_segment_gives_misses_not_wrong_values() {
+    let r = rig(4, 200);
+    for i in 0..40_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    // Wait until the first segment is on the device, then flip a byte in every block of it.
+    eventually("first segment written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) >= 64 << 10
+    });
+    let mut bytes = std::fs::read(&r.path).unwrap();
+    let seg0 = BLOCK;
+    for block in 1..16 {
+        bytes[seg0 + block * BLOCK + 40] ^= 0x55;
+    }
+    std::fs::write(&r.path, &bytes).unwrap();
+    let mut misses = 0;
+    for i in 0..40_000 {
+        match get(&r, format!("key-{i}").as_bytes()) {
+            Some(item) => assert_eq!(item.value, value_of(i), "key-{i}"),
+            None => misses += 1,
+        }
+    }
+    assert!(misses > 0);
+    assert!(r.flash.counters.badcrc_from_extstore.load(Relaxed) > 0);
+    r.flash.stop();
+}
+
+#[test]
+fn an_io_error_drops_the_segment_and_serving_goes_on() {
+    let dir = work_dir();
+    let path = dir.path().join("flash.dat");
+    let cfg = config(path.clone(), 200);
+    let real = FileDevice::open(&path, cfg.size_bytes, true).unwrap();
+    let faulty = Arc::new(FaultyDevice::new(Box::new(real)));
+    let r = rig_with(4, |_| cfg, Some(faulty.clone() as Arc<dyn Device>));
+    assert_eq!(
+        r.flash.io_engine(),
+        "pread",
+        "faults apply to the pread path"
+    );
+    for i in 0..40_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("two segments written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) >= 2 * (64 << 10)
+    });
+    // Reads of segment 0 fail from now on.
+    faulty.fail_reads(BLOCK as u64..BLOCK as u64 + (64 << 10));
+    let before = r.store.stats().flash_items;
+    let mut ok = 0;
+    for i in 0..40_000 {
+        if let Some(item) = get(&r, format!("key-{i}").as_bytes()) {
+            assert_eq!(item.value, value_of(i));
+            ok += 1;
+        }
+    }
+    assert!(ok > 0, "the other segments still serve");
+    assert!(r.flash.counters.extstore_io_errors.load(Relaxed) >= 1);
+    eventually("segment 0 dropped", || {
+        r.flash.counters.flash_segments_failed.load(Relaxed) == 1
+    });
+    assert!(r.store.stats().flash_items < before);
+    // A failing write drops that segment's items too, and the server goes on.
+    faulty.fail_writes(0..u64::MAX);
+    for i in 40_000..60_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("a failed write", || {
+        r.flash.counters.flash_segments_failed.load(Relaxed) >= 2
+    });
+    r.flash.stop();
+}
+
+#[test]
+fn the_pread_pool_serves_when_io_uring_is_off() {
+    let r = rig_with(
+        4,
+        |p| FlashConfig {
+            io_uring: false,
+            ..config(p, 200)
+        },
+        None,
+    );
+    assert_eq!(r.flash.io_engine(), "pread");
+    for i in 0..30_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("segments written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) > 0
+    });
+    let mut misses = 0;
+    for i in 0..30_000 {
+        match get(&r, format!("key-{i}").as_bytes()) {
+            Some(item) => assert_eq!(item.value, value_of(i)),
+            None => misses += 1,
+        }
+    }
+    let s = r.store.stats();
+    assert_eq!(misses, s.evictions + s.flash_tag_drops);
+    assert!(r.flash.counters.flash_device_reads.load(Relaxed) > 0);
+    r.flash.stop();
+}
+
+#[test]
+fn io_uring_is_used_on_the_work_disk() {
+    let r = rig(4, 20);
+    // This kernel has io_uring; a machine without it falls back (and logs why).
+    assert_eq!(
+        r.flash.io_engine(),
+        "io_uring",
+        "{:?}",
+        r.flash.uring_unavailable
+    );
+    r.flash.stop();
+}
+
+#[test]
+fn bad_settings_are_refused_naming_the_path() {
+    let dir = work_dir();
+    let small = dir.path().join("small.dat");
+    let err = Flash::open(config(small.clone(), 3))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("small.dat") && err.contains("below 8 segments"),
+        "{err}"
+    );
+    let nowhere = dir.path().join("no-such-dir").join("f.dat");
+    let err = Flash::open(config(nowhere, 20)).err().unwrap().to_string();
+    assert!(
+        err.contains("no-such-dir") && err.contains("cannot open"),
+        "{err}"
+    );
+    if std::path::Path::new("/dev/shm").is_dir() {
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let err = Flash::open(config(shm.path().join("f.dat"), 20))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("O_DIRECT") && err.contains("f.dat"), "{err}");
+        // Without O_DIRECT it is accepted.
+        let ok = Flash::open(FlashConfig {
+            direct_io: false,
+            ..config(shm.path().join("g.dat"), 20)
+        });
+        assert!(ok.is_ok());
+    }
+    let err = Flash::open(FlashConfig {
+        segment_bytes: 5000,
+        ..config(dir.path().join("odd.dat"), 20)
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("multiple of 4 KiB"), "{err}");
+}

@@ -1,0 +1,126 @@
+//! The store's side of the flash tier: the packed location a flash-resident item keeps in RAM,
+//! and the narrow seam ([`FlashTier`]) through which items leave RAM for flash.
+//!
+//! ```text
+//!   RAM eviction (segment-FIFO tail) ──FlashTier::admit(key, value, meta)──> flash writer buffer
+//!        │                                   └─ Some(FlashLoc): the index keeps 8 bytes
+//!        v                                      None: the writer is behind → evicted for good
+//!   Shard { index: HashTable<Loc> (RAM), flash: HashTable<FlashLoc> (flash) }
+//!        └─ overwrite / delete / flush of a key removes every flash entry with its tag
+//!           (FlashTier::release), so an old flash copy can never be found again
+//! ```
+//!
+//! A flash entry holds no key: only a 28-bit tag of the key's hash, the device block where
+//! the item starts, how many 4 KiB blocks to read, and a fetched bit. Two keys of one shard
+//! with the same tag are indistinguishable in RAM; the full key is compared after the device
+//! read. Where the store cannot tell them apart it removes both (the innocent one becomes a
+//! miss, as if evicted) rather than risk serving a stale value.
+
+use crate::ItemMeta;
+
+/// Bits of the device block number: 2^27 blocks of 4 KiB = 512 GiB.
+pub const BLOCK_BITS: u32 = 27;
+/// Bits of (blocks to read - 1): 1..=256 blocks, items up to 1 MiB.
+const NBLOCKS_BITS: u32 = 8;
+/// Bits of the key-hash tag.
+pub const TAG_BITS: u32 = 28;
+/// Most 4 KiB blocks one flash item may span.
+pub const MAX_ITEM_BLOCKS: u32 = 1 << NBLOCKS_BITS;
+const FETCHED_BIT: u64 = 1 << (BLOCK_BITS + NBLOCKS_BITS);
+const TAG_SHIFT: u32 = BLOCK_BITS + NBLOCKS_BITS + 1;
+const _: () = assert!(TAG_SHIFT + TAG_BITS == 64);
+
+/// Where a flash-resident item is, packed into 8 bytes:
+///
+/// ```text
+///   bits  0..27  device block (4 KiB units) where the item starts
+///   bits 27..35  blocks to read - 1
+///   bit  35      fetched since it was written to flash (promotion, reinsertion)
+///   bits 36..64  tag: bits 0..28 of the key's hash (the shard uses bits 32.. of it)
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlashLoc(pub u64);
+
+const _: () = assert!(std::mem::size_of::<FlashLoc>() == 8);
+
+impl std::fmt::Debug for FlashLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FlashLoc(block {} x{} tag {:#x}{})",
+            self.block(),
+            self.nblocks(),
+            self.tag(),
+            if self.fetched() { " fetched" } else { "" }
+        )
+    }
+}
+
+/// The tag of a key hash.
+pub fn tag_of(hash: u64) -> u32 {
+    (hash & ((1 << TAG_BITS) - 1)) as u32
+}
+
+impl FlashLoc {
+    /// A location for the item of `hash` starting at `block`, `nblocks` long (1..=256).
+    pub fn new(hash: u64, block: u32, nblocks: u32) -> FlashLoc {
+        assert!(block < 1 << BLOCK_BITS, "flash block out of range");
+        assert!((1..=MAX_ITEM_BLOCKS).contains(&nblocks), "flash item size");
+        FlashLoc(
+            u64::from(block)
+                | (u64::from(nblocks - 1) << BLOCK_BITS)
+                | (u64::from(tag_of(hash)) << TAG_SHIFT),
+        )
+    }
+
+    pub fn block(self) -> u32 {
+        (self.0 & ((1 << BLOCK_BITS) - 1)) as u32
+    }
+
+    pub fn nblocks(self) -> u32 {
+        ((self.0 >> BLOCK_BITS) & ((1 << NBLOCKS_BITS) - 1)) as u32 + 1
+    }
+
+    pub fn tag(self) -> u32 {
+        (self.0 >> TAG_SHIFT) as u32
+    }
+
+    pub fn fetched(self) -> bool {
+        self.0 & FETCHED_BIT != 0
+    }
+
+    /// The same location with the fetched bit set.
+    pub fn with_fetched(self) -> FlashLoc {
+        FlashLoc(self.0 | FETCHED_BIT)
+    }
+
+    /// The location without its fetched bit: two entries are the same copy iff these match.
+    pub fn place(self) -> u64 {
+        self.0 & !FETCHED_BIT
+    }
+
+    /// The hash the flash table files this entry under: a mix of the tag alone, since the
+    /// entry holds no other bits of the key's hash (the table rehashes from it when it grows).
+    pub fn table_hash(tag: u32) -> u64 {
+        // splitmix64's finalizer: every output bit depends on every tag bit.
+        let mut z = u64::from(tag).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// The flash tier as the store sees it. Implemented by `cairn-flash`; every call is made
+/// under a shard lock, so an implementation takes only its own short locks and never a
+/// shard's.
+pub trait FlashTier: Send + Sync {
+    /// An item is leaving RAM (the segment-FIFO tail): copy it into the flash write buffer and
+    /// return where it will be, or None if it cannot be taken now (the writer is behind, or
+    /// the item is too large); the store then evicts it for good. Never blocks on I/O.
+    fn admit(&self, hash: u64, key: &[u8], value: &[u8], meta: &ItemMeta) -> Option<FlashLoc>;
+    /// The index dropped an entry (overwrite, delete, flush, expiry, reclaim): its bytes on
+    /// flash are dead space from now on.
+    fn release(&self, loc: FlashLoc);
+    /// An entry was put back in the index by recovery (it was live at the checkpoint).
+    fn restore(&self, loc: FlashLoc);
+}
