@@ -4,6 +4,9 @@
 Each server is started on a free loopback port, loaded with N items of the ARCUS seed's shape
 (keys memtier-1 .. memtier-N, 50-byte values) through pipelined requests, and its RSS growth
 (VmRSS from /proc) is divided by N. Servers that are not installed are skipped with a note.
+For the memcached-protocol servers the `bytes` stat (what the server counts as item memory:
+for cairn the items' bytes in segments, without the index) is also divided by N: it does not
+depend on allocator and table-growth noise, so it shows a change of layout exactly.
 
 usage: scripts/bytes_per_item.py [N] [--cairn target/release/cairn]
 """
@@ -43,6 +46,18 @@ def load_memcache(port, n):
             buf += s.recv(4096)
 
 
+def stats_bytes(port):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            buf += s.recv(65536)
+    for line in buf.split(b"\r\n"):
+        if line.startswith(b"STAT bytes "):
+            return int(line.split()[2])
+    return None
+
+
 def load_redis(port, n):
     with socket.create_connection(("127.0.0.1", port)) as s:
         replies = [0]
@@ -78,7 +93,9 @@ def measure(name, cmd, port, loader, probe, expect, n):
         secs = time.time() - t0
         after = rss_bytes(proc.pid)
         per_item = (after - before) / n
-        print(f"| {name} | {n:,} | {before / 2**20:.1f} | {after / 2**20:.1f} | {per_item:.1f} | {secs:.1f} |", flush=True)
+        item_bytes = stats_bytes(port) if loader is load_memcache else None
+        item_col = f"{item_bytes / n:.1f}" if item_bytes is not None else "-"
+        print(f"| {name} | {n:,} | {before / 2**20:.1f} | {after / 2**20:.1f} | {per_item:.1f} | {item_col} | {secs:.1f} |", flush=True)
         return per_item
     finally:
         proc.terminate()
@@ -92,8 +109,8 @@ def main():
     args = ap.parse_args()
     n = args.n
     mem_mb = str(max(256, n * 400 // 2**20))
-    print("| server | items | RSS before (MiB) | RSS after (MiB) | bytes per item | load time (s) |")
-    print("|---|---|---|---|---|---|")
+    print("| server | items | RSS before (MiB) | RSS after (MiB) | bytes per item | `stats bytes` per item | load time (s) |")
+    print("|---|---|---|---|---|---|---|")
     results = {}
     port = free_port()
     results["cairn"] = measure(

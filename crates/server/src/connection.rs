@@ -166,7 +166,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         exptime,
                         keys,
                     } => {
-                        let now = crate::now_unix();
+                        let now = ctx.now();
                         for key in &keys {
                             cmd::get::one(ctx, kind, exptime, now, key, &mut c.output);
                             note_writes(c);

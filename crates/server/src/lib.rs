@@ -21,7 +21,7 @@ pub mod metrics;
 pub mod server;
 pub mod stats;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -55,6 +55,9 @@ pub struct Ctx {
     pub verbosity: AtomicU8,
     /// When the server started, for `uptime`.
     pub started: Instant,
+    /// Seconds this server's clock runs ahead of the wall clock: 0, except in tests that need
+    /// time to pass (as memcached's debug builds do with `debugtime`); see [`Ctx::now`].
+    clock_ahead_secs: AtomicU32,
 }
 
 /// Store shards for `-m` MiB: 64, or enough that one holds at most 32 MiB (up to 4,096). A
@@ -138,8 +141,20 @@ impl Ctx {
             curr_connections: AtomicU64::new(0),
             verbosity: AtomicU8::new(config.verbosity),
             started: Instant::now(),
+            clock_ahead_secs: AtomicU32::new(0),
             config,
         }))
+    }
+
+    /// The time in unix seconds, as commands, TTLs and last access times use it.
+    pub fn now(&self) -> u32 {
+        now_unix().saturating_add(self.clock_ahead_secs.load(Ordering::Relaxed))
+    }
+
+    /// Moves this server's clock `secs` ahead of the wall clock (tests of TTLs and last access
+    /// times, which must not sleep).
+    pub fn advance_clock(&self, secs: u32) {
+        self.clock_ahead_secs.fetch_add(secs, Ordering::Relaxed);
     }
 
     /// The current persistence mode.
@@ -161,7 +176,7 @@ impl Ctx {
     }
 }
 
-/// The wall clock in unix seconds, as the store and TTL rules use it.
+/// The wall clock in unix seconds (the server asks [`Ctx::now`], which tests can move ahead).
 pub fn now_unix() -> u32 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

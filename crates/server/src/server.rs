@@ -31,7 +31,7 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     let checkpoints = tokio::spawn(checkpoint_loop(Arc::clone(&ctx), shutdown.clone()));
     if let Some(at) = ctx.store.scheduled_flush() {
         // A `flush_all <delay>` recovered from the log, still in the future.
-        crate::cmd::flush::arm_timer(&ctx, at, crate::now_unix());
+        crate::cmd::flush::arm_timer(&ctx, at, ctx.now());
     }
     loop {
         let accepted = tokio::select! {
@@ -101,7 +101,7 @@ async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
         }
         let ctx = Arc::clone(&ctx);
         let _ = tokio::task::spawn_blocking(move || {
-            ctx.store.reclaim_expired(crate::now_unix(), RECLAIM_BATCH)
+            ctx.store.reclaim_expired(ctx.now(), RECLAIM_BATCH)
         })
         .await;
     }

@@ -10,17 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cairn_server::config::Config;
-use cairn_server::{server, Ctx};
+use cairn_server::Ctx;
 use cairn_wal::fault::{FaultyFs, Op};
-use common::Conn;
+use common::{Conn, InProcess};
 
-/// A sync-mode server on `fs`, served by a runtime of its own until the value is dropped.
-struct InProcess {
-    addr: std::net::SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-    _stop: tokio::sync::watch::Sender<bool>,
-}
-
+/// A sync-mode server on `fs`, served in this process until the value is dropped.
 fn serve(fs: &FaultyFs) -> InProcess {
     let config = Config {
         persistence: "sync".into(),
@@ -30,23 +24,7 @@ fn serve(fs: &FaultyFs) -> InProcess {
         item_size_max: 128 << 10,
         ..Config::default()
     };
-    let ctx = Ctx::open_on(config, Arc::new(fs.clone())).expect("open");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    runtime.spawn(server::run(ctx, listener, stopped));
-    InProcess {
-        addr,
-        _runtime: runtime,
-        _stop: stop,
-    }
+    InProcess::serve(Ctx::open_on(config, Arc::new(fs.clone())).expect("open"))
 }
 
 /// The first line of the reply to `request`.

@@ -127,3 +127,64 @@ fn meta_errors_and_debug() {
         "{me}"
     );
 }
+
+/// `mg`'s `l` and `h` answer for the accesses before this one, `t` for the TTL after it, and
+/// `me`'s `la=` for the last access: the item's own times, not its segment's. The server runs
+/// in this process so that its clock can be moved ahead instead of sleeping.
+#[test]
+fn last_access_and_hits_are_the_items_own() {
+    let server = common::InProcess::cache();
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("ms old 1\r\nx\r\n", "HD\r\n"),
+            ("ms k 1 T1000\r\nv\r\n", "HD\r\n"),
+        ],
+    );
+    server.ctx.advance_clock(100);
+    golden(
+        &mut c,
+        &[
+            // Stored 100 s ago, never fetched; this mg is a fetch.
+            ("mg k l h t\r\n", "HD l100 h0 t900\r\n"),
+            ("mg k l h\r\n", "HD l0 h1\r\n"),
+            (
+                "me k\r\n",
+                "ME k exp=900 la=0 cas=2 fetch=yes cls=1 size=1\r\n",
+            ),
+        ],
+    );
+    server.ctx.advance_clock(30);
+    golden(
+        &mut c,
+        &[
+            // u: look without bumping.
+            ("mg k l u\r\n", "HD l30\r\n"),
+            ("mg k l\r\n", "HD l30\r\n"),
+            ("mg k l\r\n", "HD l0\r\n"),
+            // A text get and a touch are accesses too; the neighbour in the same segment kept
+            // its own time.
+            ("mg old l h\r\n", "HD l130 h0\r\n"),
+        ],
+    );
+    server.ctx.advance_clock(7);
+    golden(
+        &mut c,
+        &[
+            ("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n"),
+            (
+                "me k\r\n",
+                "ME k exp=863 la=0 cas=2 fetch=yes cls=1 size=1\r\n",
+            ),
+        ],
+    );
+    server.ctx.advance_clock(5);
+    golden(
+        &mut c,
+        &[
+            ("touch k 50\r\n", "TOUCHED\r\n"),
+            ("mg k l t\r\n", "HD l0 t50\r\n"),
+        ],
+    );
+}

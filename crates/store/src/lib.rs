@@ -76,7 +76,9 @@ pub struct ItemMeta {
     pub exptime: UnixSecs,
     /// 64-bit CAS unique, assigned by the store on every store unless set explicitly.
     pub cas: u64,
-    /// Unix seconds of the last access (get/touch/store); may be coarse.
+    /// Unix seconds of the last access: a store, a get, a touch, or a meta command that bumps
+    /// (exact for an hour of its segment's life, then within 1/2048 of the segment's age; see
+    /// `segment::encode_access`). Written by [`Entry::update_meta`] when changed.
     pub last_access: UnixSecs,
     /// Whether the item was fetched since it was stored (meta `h`).
     pub fetched: bool,
@@ -267,11 +269,12 @@ impl Store {
             return Lookup::Done(ReadOutcome::Expired);
         }
         let seg = shard.seg_mut(loc.slot);
-        seg.set_state(loc.offset as usize, h.state | FETCHED);
         let item = Item {
             value: seg.value(&h).to_vec(),
-            meta: meta_of(&h, seg.created),
+            meta: meta_of(&h, seg),
         };
+        seg.set_state(loc.offset as usize, h.state | FETCHED);
+        seg.set_access(&h, now);
         Lookup::Done(ReadOutcome::Hit(item))
     }
 
@@ -338,6 +341,7 @@ impl Store {
             m.exptime,
             Some(m.cas),
             state,
+            m.last_access,
             false,
         ) {
             Ok(_) => {
@@ -567,7 +571,7 @@ impl Store {
                 if h.state & DEAD != 0 || (h.exptime != 0 && h.exptime <= now) {
                     continue;
                 }
-                f(seg.key(&h), seg.value(&h), &meta_of(&h, seg.created));
+                f(seg.key(&h), seg.value(&h), &meta_of(&h, seg));
             }
         }
     }
@@ -597,12 +601,12 @@ fn expire(shard: &mut Shard, hash: u64, key: &[u8], state: u8) {
     }
 }
 
-pub(crate) fn meta_of(h: &segment::Header, stored_at: u32) -> ItemMeta {
+pub(crate) fn meta_of(h: &segment::Header, seg: &segment::Segment) -> ItemMeta {
     ItemMeta {
         flags: h.flags,
         exptime: h.exptime,
         cas: h.cas,
-        last_access: stored_at,
+        last_access: seg.access(h),
         fetched: h.state & FETCHED != 0,
         stale: h.state & STALE != 0,
         win_sent: h.state & WIN_SENT != 0,
@@ -689,7 +693,7 @@ impl Entry<'_> {
         let h = seg.header(loc.offset as usize);
         Some(Item {
             value: seg.value(&h).to_vec(),
-            meta: meta_of(&h, seg.created),
+            meta: meta_of(&h, seg),
         })
     }
 
@@ -698,7 +702,7 @@ impl Entry<'_> {
         let loc = self.loc()?;
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(loc.offset as usize);
-        Some((meta_of(&h, seg.created), h.value_len))
+        Some((meta_of(&h, seg), h.value_len))
     }
 
     /// Whether the lookup found an expired item (for `get_expired` / `expired_unfetched` stats).
@@ -708,8 +712,9 @@ impl Entry<'_> {
 
     /// Stores a value built from `parts` concatenated (so append/prepend need no extra copy).
     /// `cas`: None = assign a fresh unique; Some(c) = explicit (meta `E`).
-    /// Resets fetched/stale/win_sent. Fails with `TooLarge` if over `item_size_max_bytes`, with
-    /// `OutOfMemory` if full and eviction is off (or nothing can be evicted). Returns the meta.
+    /// Resets fetched/stale/win_sent; the last access becomes `now`. Fails with `TooLarge` if
+    /// over `item_size_max_bytes`, with `OutOfMemory` if full and eviction is off (or nothing
+    /// can be evicted). Returns the meta.
     pub fn store(
         &mut self,
         parts: &[&[u8]],
@@ -717,11 +722,13 @@ impl Entry<'_> {
         exptime: UnixSecs,
         cas: Option<u64>,
     ) -> Result<ItemMeta, StoreError> {
-        self.store_inner(parts, flags, exptime, cas, 0, true)
+        self.store_inner(parts, flags, exptime, cas, 0, self.now, true)
     }
 
-    /// Stores with item state bits `state`; `report`: tell the mutation sink (false only for
-    /// a promotion from flash, which changes where an item is, not what it is).
+    /// Stores with item state bits `state` and last access `access`; `report`: tell the
+    /// mutation sink (false only for a promotion from flash, which changes where an item is,
+    /// not what it is).
+    #[allow(clippy::too_many_arguments)]
     fn store_inner(
         &mut self,
         parts: &[&[u8]],
@@ -729,11 +736,12 @@ impl Entry<'_> {
         exptime: UnixSecs,
         cas: Option<u64>,
         state: u8,
+        access: UnixSecs,
         report: bool,
     ) -> Result<ItemMeta, StoreError> {
         let store = self.store;
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
-        let size = shard::needed(self.key, value_len, flags);
+        let size = shard::needed(self.key, value_len, flags, exptime);
         if size > store.config.item_size_max_bytes || self.key.len() > u8::MAX as usize {
             return Err(StoreError::TooLarge);
         }
@@ -752,16 +760,15 @@ impl Entry<'_> {
             }
             None => store.next_cas(),
         };
-        let offset = self
-            .shard
-            .seg_mut(loc.slot)
-            .append(self.key, parts, value_len, flags, exptime, cas, state);
+        let offset = self.shard.seg_mut(loc.slot).append(
+            self.key, parts, value_len, flags, exptime, cas, state, access,
+        );
         debug_assert_eq!(offset, loc.offset as usize);
         self.shard.link(self.hash, self.key, loc, &hash_of);
         self.shard.counters.total_items += 1;
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(offset);
-        let meta = meta_of(&h, seg.created);
+        let meta = meta_of(&h, seg);
         if let (true, Some(sink)) = (report, &store.sink) {
             sink.on_mutation(&Mutation::Stored {
                 key: self.key,
@@ -772,20 +779,21 @@ impl Entry<'_> {
         Ok(meta)
     }
 
-    /// Changes metadata of the live item in place (touch, stale marking, win flag, fetched bit).
+    /// Changes metadata of the live item (touch, stale marking, win flag, fetched bit, last
+    /// access), in place, or in a new copy when it gets flags or an expiry it has no room for.
     /// Reports a `Mutation::Stored` only if `exptime`, `stale`, `flags` or `cas` changed.
-    /// Returns false if there is no live item.
+    /// Returns false if there is no live item (or no memory for the new copy).
     pub fn update_meta(&mut self, f: impl FnOnce(&mut ItemMeta)) -> bool {
         let Some(loc) = self.loc() else {
             return false;
         };
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(loc.offset as usize);
-        let before = meta_of(&h, seg.created);
+        let before = meta_of(&h, seg);
         let mut after = before;
         f(&mut after);
-        if after.flags != before.flags {
-            // Flags live in the item's variable part: write a new copy.
+        if after.flags != before.flags || !segment::Segment::exptime_fits(&h, after.exptime) {
+            // Flags and the expiry live in the item's variable part: write a new copy.
             let value = seg.value(&h).to_vec();
             let state = state_of(&after);
             return self
@@ -795,6 +803,7 @@ impl Entry<'_> {
                     after.exptime,
                     Some(after.cas),
                     state,
+                    after.last_access,
                     true,
                 )
                 .is_ok();
@@ -802,6 +811,9 @@ impl Entry<'_> {
         let seg = self.shard.seg_mut(loc.slot);
         seg.set_exptime(&h, after.exptime);
         seg.set_cas(&h, after.cas);
+        if after.last_access != before.last_access {
+            seg.set_access(&h, after.last_access);
+        }
         seg.set_state(
             loc.offset as usize,
             (h.state & !(FETCHED | STALE | WIN_SENT)) | state_of(&after),

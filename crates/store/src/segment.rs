@@ -3,13 +3,18 @@
 //! ```text
 //!   Segment (1 MiB, or one oversized item):  [item][item][item]......[free]
 //!
-//!   item:  klen u8 | state u8 | vlen varint(1..5) | exptime u32 | cas u64 | [flags u32] | key | value
-//!          state bits: 0 dead, 1 fetched, 2 stale, 3 win_sent, 4 has_flags
+//!   item:  klen u8 | state u8 | vlen varint(1..5) | access u16 | [exptime u32] | cas u64
+//!          | [flags u32] | key | value
+//!          state bits: 0 dead, 1 fetched, 2 stale, 3 win_sent, 4 has_flags, 5 has_exptime
 //! ```
 //!
 //! Items are never moved in place: an overwrite appends a new copy and marks the old one dead.
-//! Flags cost nothing when they are 0 (the common case), so the seed's item (15-byte key,
-//! 50-byte value) takes 15 header + 65 bytes = 80 bytes of segment memory.
+//! Flags and the expiry cost nothing when they are 0 (the common case), so the seed's item
+//! (15-byte key, 50-byte value, no expiry) takes 13 header + 65 bytes = 78 bytes of segment
+//! memory. Setting flags or an expiry on an item that has no room for them writes a new copy.
+//!
+//! `access` is the item's last access (meta `l`/`h`, `me`'s `la=`, metadump), in 16 bits
+//! relative to the segment's creation time; see [`encode_access`].
 //!
 //! Non-goals: no locking (the shard owns its segments), no I/O.
 
@@ -21,11 +26,57 @@ pub const FETCHED: u8 = 1 << 1;
 pub const STALE: u8 = 1 << 2;
 pub const WIN_SENT: u8 = 1 << 3;
 pub const HAS_FLAGS: u8 = 1 << 4;
+pub const HAS_EXPTIME: u8 = 1 << 5;
 
 /// Offsets of the fixed header fields, relative to the item start.
 const KLEN: usize = 0;
 const STATE: usize = 1;
 const VLEN: usize = 2;
+
+/// Largest seconds that [`encode_access`]'s 15-bit magnitude holds (about 2.1 years).
+const MAX_ACCESS_SECS: u32 = 4095 << 14;
+
+/// Encodes a last access time as 16 bits relative to `created`, the segment's creation time:
+///
+/// ```text
+///   bit 15      sign: set when the access was before the segment was created (an item moved
+///               here by eviction's second chance or by compaction keeps its older time)
+///   bits 14-11  exponent e        bits 10-0  mantissa m
+///   seconds  =  m                      if e == 0   (0 ..= 2047, exact)
+///            =  (2048 + m) << (e - 1)  otherwise   (2048 .. about 2.1 years)
+/// ```
+///
+/// So a time is exact for the first 68 minutes of a segment's life; later it is rounded toward
+/// the segment's creation by less than 1/2048 of its distance from it (under 43 s a day on),
+/// and it saturates past 2.1 years. Two bytes instead of a 4-byte unix time per item.
+pub fn encode_access(access: u32, created: u32) -> u16 {
+    let (sign, secs) = if access >= created {
+        (0, access - created)
+    } else {
+        (0x8000, created - access)
+    };
+    let secs = secs.min(MAX_ACCESS_SECS);
+    let magnitude = if secs < 2048 {
+        secs
+    } else {
+        // Bits beyond the 11 of the mantissa: 1 for 2048..4095, 2 for 4096..8191, ...
+        let e = 32 - secs.leading_zeros() - 11;
+        (e << 11) | ((secs >> (e - 1)) - 2048)
+    };
+    sign | magnitude as u16
+}
+
+/// The unix time [`encode_access`] encoded relative to `created`.
+pub fn decode_access(code: u16, created: u32) -> u32 {
+    let e = u32::from(code >> 11) & 0xf;
+    let m = u32::from(code) & 0x7ff;
+    let secs = if e == 0 { m } else { (2048 + m) << (e - 1) };
+    if code & 0x8000 == 0 {
+        created.saturating_add(secs)
+    } else {
+        created.saturating_sub(secs)
+    }
+}
 
 /// One block of item memory.
 pub struct Segment {
@@ -35,7 +86,7 @@ pub struct Segment {
     pub live_bytes: usize,
     /// Live items in this segment.
     pub live_items: usize,
-    /// Unix seconds when the segment was opened (a coarse "stored at" for its items).
+    /// Unix seconds when the segment was opened: the base of its items' last access times.
     pub created: u32,
 }
 
@@ -43,10 +94,12 @@ pub struct Segment {
 #[derive(Clone, Copy, Debug)]
 pub struct Header {
     pub state: u8,
+    /// Last access, encoded relative to the segment's `created` ([`decode_access`]).
+    pub access: u16,
     pub exptime: u32,
     pub cas: u64,
     pub flags: u32,
-    /// Offset of the exptime field (then cas, then optional flags).
+    /// Offset of the access field (then the optional exptime, cas, the optional flags).
     pub fields_at: usize,
     pub key_at: usize,
     pub key_len: usize,
@@ -71,8 +124,15 @@ fn varint_len(mut v: usize) -> usize {
 }
 
 /// Bytes an item with these sizes occupies.
-pub fn item_size(key_len: usize, value_len: usize, flags: u32) -> usize {
-    2 + varint_len(value_len) + 4 + 8 + if flags != 0 { 4 } else { 0 } + key_len + value_len
+pub fn item_size(key_len: usize, value_len: usize, flags: u32, exptime: u32) -> usize {
+    let optional = |present: bool| if present { 4 } else { 0 };
+    2 + varint_len(value_len)
+        + 2
+        + optional(exptime != 0)
+        + 8
+        + optional(flags != 0)
+        + key_len
+        + value_len
 }
 
 impl Segment {
@@ -89,7 +149,8 @@ impl Segment {
         self.data.capacity() - self.data.len()
     }
 
-    /// Appends an item; the caller checked `free() >= item_size(..)`. Returns its offset.
+    /// Appends an item; the caller checked `free() >= item_size(..)`. `access` is the unix
+    /// time of its last access. Returns its offset.
     #[allow(clippy::too_many_arguments)]
     pub fn append(
         &mut self,
@@ -100,12 +161,16 @@ impl Segment {
         exptime: u32,
         cas: u64,
         state: u8,
+        access: u32,
     ) -> usize {
         let at = self.data.len();
-        let size = item_size(key.len(), value_len, flags);
+        let size = item_size(key.len(), value_len, flags, exptime);
         assert!(self.free() >= size, "segment overflow");
         assert!(key.len() <= u8::MAX as usize);
-        let state = (state & !(DEAD | HAS_FLAGS)) | if flags != 0 { HAS_FLAGS } else { 0 };
+        let state = (state & !(DEAD | HAS_FLAGS | HAS_EXPTIME))
+            | if flags != 0 { HAS_FLAGS } else { 0 }
+            | if exptime != 0 { HAS_EXPTIME } else { 0 };
+        let access = encode_access(access, self.created);
         let d = &mut self.data;
         d.push(key.len() as u8);
         d.push(state);
@@ -115,7 +180,10 @@ impl Segment {
             v >>= 7;
         }
         d.push(v as u8);
-        d.extend_from_slice(&exptime.to_le_bytes());
+        d.extend_from_slice(&access.to_le_bytes());
+        if exptime != 0 {
+            d.extend_from_slice(&exptime.to_le_bytes());
+        }
         d.extend_from_slice(&cas.to_le_bytes());
         if flags != 0 {
             d.extend_from_slice(&flags.to_le_bytes());
@@ -148,9 +216,15 @@ impl Segment {
             shift += 7;
         }
         let fields_at = i;
-        let exptime = u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
-        let cas = u64::from_le_bytes(d[i + 4..i + 12].try_into().expect("8 bytes"));
-        let mut key_at = i + 12;
+        let access = u16::from_le_bytes(d[i..i + 2].try_into().expect("2 bytes"));
+        i += 2;
+        let mut exptime = 0;
+        if state & HAS_EXPTIME != 0 {
+            exptime = u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
+            i += 4;
+        }
+        let cas = u64::from_le_bytes(d[i..i + 8].try_into().expect("8 bytes"));
+        let mut key_at = i + 8;
         let mut flags = 0;
         if state & HAS_FLAGS != 0 {
             flags = u32::from_le_bytes(d[key_at..key_at + 4].try_into().expect("4 bytes"));
@@ -158,6 +232,7 @@ impl Segment {
         }
         Header {
             state,
+            access,
             exptime,
             cas,
             flags,
@@ -181,12 +256,34 @@ impl Segment {
         self.data[at + STATE] = state;
     }
 
+    /// The unix time of the item's last access.
+    pub fn access(&self, h: &Header) -> u32 {
+        decode_access(h.access, self.created)
+    }
+
+    pub fn set_access(&mut self, h: &Header, access: u32) {
+        let code = encode_access(access, self.created);
+        self.data[h.fields_at..h.fields_at + 2].copy_from_slice(&code.to_le_bytes());
+    }
+
+    /// Whether `exptime` can be written in place: the item has an expiry field, or needs none.
+    pub fn exptime_fits(h: &Header, exptime: u32) -> bool {
+        exptime == 0 || h.state & HAS_EXPTIME != 0
+    }
+
+    /// Writes a new expiry in place; the caller checked [`Segment::exptime_fits`].
     pub fn set_exptime(&mut self, h: &Header, exptime: u32) {
-        self.data[h.fields_at..h.fields_at + 4].copy_from_slice(&exptime.to_le_bytes());
+        if h.state & HAS_EXPTIME == 0 {
+            assert_eq!(exptime, 0, "no room for an expiry in this item");
+            return;
+        }
+        let at = h.fields_at + 2;
+        self.data[at..at + 4].copy_from_slice(&exptime.to_le_bytes());
     }
 
     pub fn set_cas(&mut self, h: &Header, cas: u64) {
-        self.data[h.fields_at + 4..h.fields_at + 12].copy_from_slice(&cas.to_le_bytes());
+        let at = h.fields_at + 2 + if h.state & HAS_EXPTIME != 0 { 4 } else { 0 };
+        self.data[at..at + 8].copy_from_slice(&cas.to_le_bytes());
     }
 
     /// Marks the item at `at` dead and updates the live counters.
@@ -217,23 +314,97 @@ mod tests {
 
     #[test]
     fn layout_round_trips() {
-        let mut s = Segment::new(4096, 0);
-        let a = s.append(b"memtier-1234567", &[&[7u8; 50]], 50, 0, 9, 42, FETCHED);
-        let b = s.append(b"k", &[b"ab", b"cd"], 4, 0xdead_beef, 0, 1, 0);
-        assert_eq!(b - a, 80, "the seed's item takes 80 bytes");
+        let mut s = Segment::new(4096, 1000);
+        let a = s.append(
+            b"memtier-1234567",
+            &[&[7u8; 50]],
+            50,
+            0,
+            0,
+            42,
+            FETCHED,
+            1000,
+        );
+        let b = s.append(b"k", &[b"ab", b"cd"], 4, 0xdead_beef, 9, 1, 0, 1200);
+        assert_eq!(b - a, 78, "the seed's item takes 78 bytes");
+        let c = s.append(b"memtier-1234567", &[&[7u8; 50]], 50, 0, 9, 43, 0, 1000);
+        assert_eq!(
+            c - b,
+            2 + 1 + 2 + 4 + 8 + 4 + 1 + 4,
+            "expiry and flags cost 4 bytes each"
+        );
         let h = s.header(b);
         assert_eq!(
-            (s.key(&h), s.value(&h), h.flags, h.cas),
-            (&b"k"[..], &b"abcd"[..], 0xdead_beef, 1)
+            (
+                s.key(&h),
+                s.value(&h),
+                h.flags,
+                h.exptime,
+                h.cas,
+                s.access(&h)
+            ),
+            (&b"k"[..], &b"abcd"[..], 0xdead_beef, 9, 1, 1200)
         );
         let h = s.header(a);
-        assert_eq!((h.exptime, h.cas, h.state & FETCHED), (9, 42, FETCHED));
-        assert_eq!(s.offsets(), vec![a, b]);
+        assert_eq!((h.exptime, h.cas, h.state & FETCHED), (0, 42, FETCHED));
+        s.set_access(&h, 1300);
+        s.set_cas(&h, 44);
+        let h = s.header(a);
+        assert_eq!(
+            (s.access(&h), h.cas, s.value(&h)),
+            (1300, 44, &[7u8; 50][..])
+        );
+        let h = s.header(c);
+        assert!(Segment::exptime_fits(&h, 77));
+        s.set_exptime(&h, 77);
+        s.set_cas(&h, 45);
+        let h = s.header(c);
+        assert_eq!(
+            (h.exptime, h.cas, s.key(&h)),
+            (77, 45, &b"memtier-1234567"[..])
+        );
+        assert!(!Segment::exptime_fits(&s.header(a), 77));
+        assert_eq!(s.offsets(), vec![a, b, c]);
         s.kill(a);
-        assert_eq!(s.live_items, 1);
+        assert_eq!(s.live_items, 2);
         assert_eq!(s.header(a).state & DEAD, DEAD);
         let big = vec![1u8; 300];
-        let c = s.append(b"big", &[&big], 300, 0, 0, 3, 0);
-        assert_eq!(s.header(c).value_len, 300);
+        let d = s.append(b"big", &[&big], 300, 0, 0, 3, 0, 1000);
+        assert_eq!(s.header(d).value_len, 300);
+    }
+
+    #[test]
+    fn access_times_are_exact_for_68_minutes_then_close() {
+        let created = 1_700_000_000;
+        for secs in [0, 1, 2047, 2048, 4095] {
+            assert_eq!(
+                decode_access(encode_access(created + secs, created), created),
+                created + secs
+            );
+            assert_eq!(
+                decode_access(encode_access(created - secs, created), created),
+                created - secs
+            );
+        }
+        for secs in [4096u32, 86_400, 7 * 86_400, 365 * 86_400, 2 * 365 * 86_400] {
+            let back = decode_access(encode_access(created + secs, created), created);
+            assert!(
+                back <= created + secs,
+                "rounded toward the segment's creation"
+            );
+            assert!(created + secs - back <= secs / 2048, "{secs}: {back}");
+            let back = decode_access(encode_access(created - secs, created), created);
+            assert!(back >= created - secs && back - (created - secs) <= secs / 2048);
+        }
+        // Saturates rather than wrapping.
+        let far = created + 10 * 365 * 86_400;
+        assert_eq!(
+            decode_access(encode_access(far, created), created),
+            created + MAX_ACCESS_SECS
+        );
+        assert_eq!(
+            decode_access(encode_access(0, created), created),
+            created - MAX_ACCESS_SECS
+        );
     }
 }

@@ -260,7 +260,7 @@ impl Shard {
             return false;
         }
         let seg = self.seg(slot);
-        let meta = crate::meta_of(h, seg.created);
+        let meta = crate::meta_of(h, seg);
         let Some(loc) = tier.admit(hash, key, seg.value(h), &meta) else {
             return false;
         };
@@ -355,6 +355,7 @@ impl Shard {
     ) {
         let h = self.header(from);
         let value = self.seg(from.slot).value(&h).to_vec();
+        let access = self.seg(from.slot).access(&h);
         let offset = self.seg_mut(to).append(
             key,
             &[&value],
@@ -363,6 +364,7 @@ impl Shard {
             h.exptime,
             h.cas,
             state,
+            access,
         );
         self.link_ram(
             hash,
@@ -477,6 +479,6 @@ impl Shard {
 }
 
 /// Bytes a new item needs.
-pub fn needed(key: &[u8], value_len: usize, flags: u32) -> usize {
-    segment::item_size(key.len(), value_len, flags)
+pub fn needed(key: &[u8], value_len: usize, flags: u32, exptime: u32) -> usize {
+    segment::item_size(key.len(), value_len, flags, exptime)
 }

@@ -17,6 +17,18 @@ fn store(limit_mb: u64) -> Store {
     )
 }
 
+/// One 8 MiB shard with eviction: eviction order is easy to reason about.
+fn one_shard_8_mib() -> Store {
+    Store::new(
+        StoreConfig {
+            memory_limit_bytes: 8 << 20,
+            shard_count: 1,
+            ..StoreConfig::default()
+        },
+        None,
+    )
+}
+
 fn set(s: &Store, key: &[u8], value: &[u8], flags: u32, exptime: u32) -> ItemMeta {
     s.entry(key, 100, |e| e.store(&[value], flags, exptime, None))
         .unwrap()
@@ -182,6 +194,63 @@ fn update_meta_and_mutation_reports() {
 }
 
 #[test]
+fn last_access_is_the_items_own() {
+    let s = one_shard_8_mib();
+    let access = |now| s.entry(b"k", now, |e| e.peek()).map(|(m, _)| m.last_access);
+    // The segment is opened at 1000 by the first store; later items share it.
+    s.entry(b"first", 1000, |e| e.store(&[b"x"], 0, 0, None))
+        .unwrap();
+    s.entry(b"k", 1500, |e| e.store(&[b"v"], 0, 0, None))
+        .unwrap();
+    assert_eq!(access(1600), Some(1500), "a store is an access");
+    assert!(matches!(s.get(b"k", 1700), ReadOutcome::Hit(_)));
+    assert_eq!(access(1800), Some(1700), "a get is an access");
+    assert!(s.entry(b"k", 5000, |e| e.update_meta(|m| m.last_access = 5000)));
+    assert_eq!(access(5100), Some(5000));
+    // A day after the segment opened, the time is rounded by under 1/2048 of a day.
+    assert!(matches!(s.get(b"k", 1000 + 86_400), ReadOutcome::Hit(_)));
+    let back = access(1000 + 86_400).unwrap();
+    assert!(
+        (1000 + 86_400 - 43..=1000 + 86_400).contains(&back),
+        "{back}"
+    );
+    // Touching an item stored without an expiry writes a copy with room for one: value, flags,
+    // CAS and last access stay.
+    let (before, _) = s.entry(b"k", 90_000, |e| e.peek()).unwrap();
+    assert!(s.entry(b"k", 90_000, |e| e.update_meta(|m| m.exptime = 99_999)));
+    let (after, _) = s.entry(b"k", 90_000, |e| e.peek()).unwrap();
+    assert_eq!(
+        (after.exptime, after.cas, after.flags),
+        (99_999, before.cas, 0)
+    );
+    assert_eq!(after.last_access, before.last_access);
+    assert_eq!(value(&s, b"k", 90_000).as_deref(), Some(&b"v"[..]));
+    assert_eq!(s.stats().curr_items, 2);
+}
+
+#[test]
+fn a_second_chance_keeps_the_last_access() {
+    let s = one_shard_8_mib();
+    let v = vec![7u8; 1000];
+    s.entry(b"hot", 10, |e| e.store(&[&v], 0, 0, None)).unwrap();
+    assert!(matches!(s.get(b"hot", 20), ReadOutcome::Hit(_)));
+    // Later writes until the hot item's segment is pushed out: it moves to a segment opened
+    // after its last access, and keeps that access time.
+    let mut i = 0u32;
+    while s.stats().evictions == 0 {
+        s.entry(format!("cold{i}").as_bytes(), 3000, |e| {
+            e.store(&[&v], 0, 0, None)
+        })
+        .unwrap();
+        i += 1;
+    }
+    let got = s
+        .entry(b"hot", 3000, |e| e.peek())
+        .map(|(m, _)| m.last_access);
+    assert_eq!(got, Some(20));
+}
+
+#[test]
 fn too_large_and_out_of_memory() {
     let s = Store::new(
         StoreConfig {
@@ -238,14 +307,7 @@ fn eviction_keeps_memory_under_the_limit() {
 
 #[test]
 fn fetched_items_get_a_second_chance() {
-    let s = Store::new(
-        StoreConfig {
-            memory_limit_bytes: 8 << 20,
-            shard_count: 1,
-            ..StoreConfig::default()
-        },
-        None,
-    );
+    let s = one_shard_8_mib();
     let v = vec![7u8; 1000];
     s.entry(b"hot", 1, |e| e.store(&[&v], 0, 0, None)).unwrap();
     for i in 0..20_000u32 {

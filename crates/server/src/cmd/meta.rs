@@ -94,7 +94,8 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 won = true;
             }
         }
-        let hit_before = e.peek().is_some_and(|(m, _)| m.fetched);
+        // `h` and `l` answer for the accesses before this one.
+        let (before, _) = e.peek().expect("present: stored or found above");
         e.update_meta(|m| {
             if let Some(ttl) = f.new_ttl {
                 m.exptime = crate::absolute_exptime(ttl, now);
@@ -107,8 +108,9 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 m.last_access = now;
             }
         });
-        let item = e.item().expect("present: stored or found above");
-        Ok((item, hit_before, won))
+        let mut item = e.item().expect("present: stored or found above");
+        item.meta.last_access = before.last_access;
+        Ok((item, before.fetched, won))
     });
     match result {
         Err(expired) => {

@@ -35,7 +35,7 @@ pub enum Flow {
 
 /// Answers one request (retrievals go through [`get`] key by key, see `connection`).
 pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
-    let now = crate::now_unix();
+    let now = ctx.now();
     match request {
         Request::Get {
             kind,

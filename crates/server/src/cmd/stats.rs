@@ -44,7 +44,7 @@ pub fn general(ctx: &Ctx, out: &mut Vec<u8>) {
     let (user, sys) = cpu_seconds();
     stat(out, "pid", std::process::id());
     stat(out, "uptime", ctx.started.elapsed().as_secs());
-    stat(out, "time", crate::now_unix());
+    stat(out, "time", ctx.now());
     stat(out, "version", crate::VERSION);
     stat(out, "pointer_size", usize::BITS);
     stat(out, "rusage_user", format!("{user:.6}"));

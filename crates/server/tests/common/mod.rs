@@ -85,6 +85,56 @@ impl Drop for Server {
     }
 }
 
+/// A server running in this test's process (real TCP socket, its own runtime), for tests that
+/// reach into it: move its clock ahead, or give it a fault-injecting file system. Stopped when
+/// dropped.
+pub struct InProcess {
+    pub addr: SocketAddr,
+    pub ctx: std::sync::Arc<cairn_server::Ctx>,
+    _runtime: tokio::runtime::Runtime,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl InProcess {
+    /// Serves `ctx` on 127.0.0.1 (an ephemeral port).
+    pub fn serve(ctx: std::sync::Arc<cairn_server::Ctx>) -> InProcess {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        runtime.spawn(cairn_server::server::run(
+            std::sync::Arc::clone(&ctx),
+            listener,
+            stopped,
+        ));
+        InProcess {
+            addr,
+            ctx,
+            _runtime: runtime,
+            _stop: stop,
+        }
+    }
+
+    /// A pure cache (`--persistence off`) with the default settings.
+    pub fn cache() -> InProcess {
+        let config = cairn_server::Config {
+            persistence: "off".into(),
+            ..cairn_server::Config::default()
+        };
+        InProcess::serve(cairn_server::Ctx::open(config).expect("open"))
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::new(self.addr)
+    }
+}
+
 /// A raw client connection.
 pub struct Conn {
     pub stream: TcpStream,
