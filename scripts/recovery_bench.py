@@ -54,7 +54,7 @@ def persistence_stats(port):
 def start(args, data_dir, port):
     cmd = [
         args.cairn, "-p", str(port), "-m", str(args.memory_mb), "--persistence", args.mode,
-        "--data-dir", data_dir, "--config", os.path.join(os.path.dirname(data_dir), "cairn.toml"),
+        "--enable-admin", "--data-dir", data_dir, "--config", os.path.join(os.path.dirname(data_dir), "cairn.toml"),
     ]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

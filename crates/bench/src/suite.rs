@@ -267,6 +267,8 @@ fn spawn_cairn(
             &mem_mb,
             "--persistence",
             mode,
+            // The checkpoint dip phase sends `checkpoint`.
+            "--enable-admin",
             "--data-dir",
         ])
         .arg(dir)

@@ -1,83 +1,129 @@
 //! Settings: built-in defaults, then the TOML file (`--config`), then command-line flags.
 //!
 //! ```text
-//!   Config::default()  <──  [file.toml] (unknown key or bad value: refuse to start)
-//!                      <──  flags (-p -l -t -c -m -M -I -v --metrics-addr)
+//!   Config::default()  <──  [file.toml]  (unknown key or bad value: refuse to start)
+//!                      <──  flags: --key-name VALUE, memcached's short letters (-p -l -t -c -m
+//!                           -M -I -v -A -Y -Z), and -o key=value,key=value (memcached's -o)
+//!                      ──>  Config::validate (ranges: refuse to start naming the key)
 //! ```
 //!
-//! Every setting lives in [`Config`]; the flag names follow memcached's.
+//! [`Config`] is the one list of settings. clap and serde both derive from it: each field is a
+//! key of the file (its Rust name), a `--long-flag` (the same name with dashes, or the
+//! `long = ".."` memcached spelling), and a `-o name=value` option.
+//!
+//! ## Adding a setting (one place)
+//! 1. Add a field to [`Config`] with a `///` line (it is the `--help` text), and its default in
+//!    `impl Default for Config`. Give it `#[arg(short = 'X')]` only for a memcached letter, and
+//!    `#[arg(skip)]` if it must not be a flag (a file-only key).
+//! 2. If some values are wrong, refuse them in [`Config::validate`] with the key's name.
+//!
+//! That is all: the file, the flag and `-o` then accept it, and the flag overrides the file.
+//! A `bool` flag takes an optional value (`-M`, `--log-direct-io false`), an `Option<T>` is
+//! unset by default. The flags do not repeat the defaults ([`command`] makes every flag
+//! optional): a flag that is absent leaves the file's value alone.
 //!
 //! The settings that an admin line can also change while running (`config KEY N`, see
 //! `cmd/admin.rs`) keep their range in one place, [`ChkptSetting`], so that the file, the flags
 //! and the admin line accept exactly the same values.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
-use serde::Deserialize;
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
+use serde::{Deserialize, Serialize};
 
-/// Every server setting. Each field is also a key of the TOML file.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+/// Every server setting: a key of the TOML file, a flag, and a `-o` option (see the module doc).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// TCP port (memcached `-p`).
+    /// TCP port to listen on (memcached `-p`).
+    #[arg(short = 'p', long)]
     pub port: u16,
-    /// Listen address (memcached `-l`).
+    /// Address to listen on (memcached `-l`).
+    #[arg(short = 'l', long)]
     pub listen: String,
     /// Worker threads of the runtime (memcached `-t`); 0 = one per core.
+    #[arg(short = 't', long)]
     pub threads: usize,
     /// Most simultaneous client connections (memcached `-c`); more are refused politely.
+    #[arg(short = 'c', long = "max-connections")]
     pub max_connections: usize,
     /// Memory for items in MiB (memcached `-m`).
+    #[arg(short = 'm', long = "memory-limit")]
     pub memory_limit_mb: u64,
-    /// Refuse stores with an error instead of evicting when memory is full (memcached `-M`).
+    /// Return an error on memory exhaustion instead of evicting (memcached `-M`).
+    #[arg(short = 'M', long = "disable-evictions")]
     pub disable_evictions: bool,
-    /// Largest item in bytes (memcached `-I`).
+    /// Largest item, in bytes or with a k/m suffix, e.g. 1m (memcached `-I`).
+    #[arg(short = 'I', long = "max-item-size", value_parser = parse_size)]
     pub item_size_max: usize,
-    /// Log verbosity: 0 = info, 1 = debug, 2+ = trace (memcached `-v`).
+    /// Log verbosity: 0 = info, 1 = debug, 2+ = trace (memcached `-v`, repeat for more).
+    #[arg(skip)]
     pub verbosity: u8,
-    /// Address of the Prometheus text endpoint; none = disabled.
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9150); none = disabled.
+    #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
     /// Most keys in one get line.
+    #[arg(long)]
     pub max_keys_per_get: usize,
     /// Bytes of responses buffered per connection before the server stops reading from it
     /// (backpressure for clients that do not read).
+    #[arg(long)]
     pub output_buffer_max: usize,
-    /// Persistence mode: "sync" (acknowledge after fdatasync), "async" (fdatasync at least
-    /// every `async_flush_ms`) or "off" (pure cache).
+    /// Persistence mode: sync (acknowledge after fdatasync), async (fdatasync at least every
+    /// async_flush_ms) or off (pure cache).
+    #[arg(long)]
     pub persistence: String,
-    /// Folder for everything persistent; `data_path` and `logs_path` default to it.
+    /// Folder for snapshots and the command log; data_path and logs_path default to it.
+    #[arg(long)]
     pub data_dir: PathBuf,
-    /// ARCUS: false is the same as `persistence = "off"`.
+    /// ARCUS: false is the same as `persistence = "off"` (file only).
+    #[arg(skip)]
     pub use_persistence: Option<bool>,
-    /// ARCUS: where snapshots go (default: `data_dir`).
+    /// ARCUS: where snapshots go (default: data_dir).
+    #[arg(long)]
     pub data_path: Option<PathBuf>,
-    /// ARCUS: where the command log goes, possibly another disk (default: `data_dir/log`).
+    /// ARCUS: where the command log goes, possibly another disk (default: data_dir/log).
+    #[arg(long)]
     pub logs_path: Option<PathBuf>,
-    /// ARCUS: true is the same as `persistence = "async"`.
+    /// ARCUS: true is the same as `persistence = "async"` (file only).
+    #[arg(skip)]
     pub async_logging: Option<bool>,
     /// Async mode: the longest time an acknowledged write stays only in memory (ms).
+    #[arg(long)]
     pub async_flush_ms: u64,
-    /// ARCUS: checkpoint when the log written since the last checkpoint reaches this % of the
-    /// snapshot size... Allowed: 1..=10000 ([`CHKPT_INTERVAL_PCT_SNAPSHOT`]).
+    /// Checkpoint once the log written since the last checkpoint reaches this % of the
+    /// snapshot size (ARCUS; 1 to 10000, see CHKPT_INTERVAL_PCT_SNAPSHOT)...
+    #[arg(long)]
     pub chkpt_interval_pct_snapshot: u64,
-    /// ARCUS: ...and at least this many MiB. Allowed: 1..=1048576, i.e. up to 1 TiB
-    /// ([`CHKPT_INTERVAL_MIN_LOGSIZE_MB`]).
+    /// ...and at least this many MiB (ARCUS; 1 to 1048576, i.e. up to 1 TiB, see
+    /// CHKPT_INTERVAL_MIN_LOGSIZE_MB).
+    #[arg(long)]
     pub chkpt_interval_min_logsize: u64,
     /// Snapshot write rate limit in MiB/s (0 = unlimited), to keep serving at full speed.
+    #[arg(long)]
     pub checkpoint_rate_mb_s: u64,
     /// Size of one command log segment file in MiB. Segments are zero-filled before use, so
     /// that an fdatasync flushes data only, not the file's extent metadata.
+    #[arg(long)]
     pub log_segment_mb: u64,
     /// Write the command log with O_DIRECT (whole 4 KiB blocks, no page cache): a small sync
     /// batch's write + fdatasync is quicker, a 1 MiB one slower (docs/BENCHMARKS.md). Where
     /// the file system refuses O_DIRECT the log is written buffered.
+    #[arg(long)]
     pub log_direct_io: bool,
     /// Run the command log's syncer thread under SCHED_BATCH, so that its several wake-ups per
     /// fdatasync do not preempt the threads serving requests (docs/BENCHMARKS.md).
+    #[arg(long)]
     pub log_batch_sched: bool,
+    /// Allow admin writes from clients: `config KEY N`, checkpoint triggers, `verbosity`.
+    #[arg(long)]
+    pub enable_admin: bool,
+    /// Allow the `shutdown [graceful]` command (memcached `-A`).
+    #[arg(short = 'A', long)]
+    pub enable_shutdown: bool,
 }
 
 impl Default for Config {
@@ -107,69 +153,55 @@ impl Default for Config {
             log_segment_mb: 64,
             log_direct_io: true,
             log_batch_sched: true,
+            enable_admin: false,
+            enable_shutdown: false,
         }
     }
 }
 
-/// Command-line flags; each overrides the file.
-#[derive(Debug, Parser)]
-#[command(
-    name = "cairn",
-    version,
-    about = "A durable, memcached-compatible cache server"
-)]
-pub struct Flags {
-    /// TOML file holding any of the settings (flags override it).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// TCP port to listen on.
-    #[arg(short = 'p', long)]
-    pub port: Option<u16>,
-    /// Address to listen on.
-    #[arg(short = 'l', long)]
-    pub listen: Option<String>,
-    /// Worker threads (default: number of cores).
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
-    /// Maximum simultaneous connections.
-    #[arg(short = 'c', long = "max-connections")]
-    pub max_connections: Option<usize>,
-    /// Item memory in MiB.
-    #[arg(short = 'm', long = "memory-limit")]
-    pub memory_limit_mb: Option<u64>,
-    /// Return an error on memory exhaustion instead of evicting.
-    #[arg(short = 'M', long = "disable-evictions")]
-    pub disable_evictions: bool,
-    /// Maximum item size, in bytes or with a k/m suffix (e.g. 1m).
-    #[arg(short = 'I', long = "max-item-size", value_parser = parse_size)]
-    pub item_size_max: Option<usize>,
-    /// Verbose logging; repeat for more.
-    #[arg(short = 'v', action = clap::ArgAction::Count)]
-    pub verbose: u8,
-    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9150).
-    #[arg(long)]
-    pub metrics_addr: Option<SocketAddr>,
-    /// Persistence mode: sync (default), async or off.
-    #[arg(long)]
-    pub persistence: Option<String>,
-    /// Folder for snapshots and the command log (default: ./cairn-data).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// Size of one command log segment file in MiB (each is zero-filled when created).
-    #[arg(long)]
-    pub log_segment_mb: Option<u64>,
-    /// Write the command log with O_DIRECT (true or false).
-    #[arg(long)]
-    pub log_direct_io: Option<bool>,
-    /// Run the command log's syncer under SCHED_BATCH (true or false).
-    #[arg(long)]
-    pub log_batch_sched: Option<bool>,
-    /// Checkpoint once the log is this % of the snapshot size (1 to 10000).
-    #[arg(long)]
-    pub chkpt_interval_pct_snapshot: Option<u64>,
-    /// ...and at least this many MiB (1 to 1048576).
-    #[arg(long)]
-    pub chkpt_interval_min_logsize: Option<u64>,
+/// The command line: every [`Config`] field's flag (all optional, none with a default, so that
+/// an absent flag leaves the file's value), plus the three flags that are not settings:
+/// `--config FILE`, `-v` (counted into `verbosity`) and `-o name=value,...`.
+pub fn command() -> clap::Command {
+    let cmd = clap::Command::new("cairn").version(env!("CARGO_PKG_VERSION"));
+    Config::augment_args(cmd)
+        .about("A durable, memcached-compatible cache server")
+        // As memcached: a flag given twice takes the last value.
+        .args_override_self(true)
+        .mut_args(|a| {
+            let a = a.required(false);
+            if matches!(a.get_action(), ArgAction::SetTrue) {
+                // A bare `-M` means true; `--log-direct-io false` turns a file's true off. No
+                // implicit default `false`, which would override the file.
+                a.action(ArgAction::Set)
+                    .num_args(0..=1)
+                    .default_missing_value("true")
+                    .value_parser(clap::value_parser!(bool))
+            } else {
+                a
+            }
+        })
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("TOML file holding any of the settings (flags override it)"),
+        )
+        .arg(
+            Arg::new("verbose")
+                .short('v')
+                .action(ArgAction::Count)
+                .help("Verbose logging; repeat for more (sets verbosity)"),
+        )
+        .arg(
+            Arg::new("option")
+                .short('o')
+                .value_name("NAME=VALUE,...")
+                .action(ArgAction::Append)
+                .value_delimiter(',')
+                .help("Any setting by its file key, memcached style (e.g. -o ssl_key=k.pem)"),
+        )
 }
 
 /// Why the server refuses to start.
@@ -184,6 +216,11 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid setting {key}: {why}")]
     Invalid { key: &'static str, why: String },
+    #[error("option -o {option}: {message}")]
+    Option { option: String, message: String },
+    /// A flag clap refused, or `--help` / `--version` (print it with `clap::Error::exit`).
+    #[error("{0}")]
+    Flags(#[from] clap::Error),
 }
 
 /// Values of `chkpt_interval_pct_snapshot` (percent of the snapshot size). 0 is refused: it
@@ -280,68 +317,80 @@ impl Config {
         })
     }
 
-    /// Defaults, then the file named by `--config`, then the flags.
-    pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
-        let mut c = match &flags.config {
+    /// Defaults, then the file, then the flags, from a whole command line (`args[0]` is the
+    /// program name). `--help`, `--version` and a malformed flag come back as
+    /// [`ConfigError::Flags`].
+    pub fn from_args<I, T>(args: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        Config::from_matches(&command().try_get_matches_from(args)?)
+    }
+
+    /// Defaults, then the file named by `--config`, then the flags in `m` (from [`command`]).
+    pub fn from_matches(m: &ArgMatches) -> Result<Config, ConfigError> {
+        let mut c = match m.get_one::<PathBuf>("config") {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
-        if let Some(v) = flags.port {
-            c.port = v;
+        // ARCUS's switches (file only) pick the mode; a persistence flag or -o wins over both.
+        if let Some(mode) = c.arcus_mode() {
+            c.persistence = mode.into();
         }
-        if let Some(v) = &flags.listen {
-            c.listen = v.clone();
+        // Only the flags present: clap's derive leaves a field alone when its flag is absent.
+        c.update_from_arg_matches(m)?;
+        let verbose = m.get_count("verbose");
+        if verbose > 0 {
+            c.verbosity = verbose;
         }
-        if let Some(v) = flags.threads {
-            c.threads = v;
-        }
-        if let Some(v) = flags.max_connections {
-            c.max_connections = v;
-        }
-        if let Some(v) = flags.memory_limit_mb {
-            c.memory_limit_mb = v;
-        }
-        if flags.disable_evictions {
-            c.disable_evictions = true;
-        }
-        if let Some(v) = flags.item_size_max {
-            c.item_size_max = v;
-        }
-        if flags.verbose > 0 {
-            c.verbosity = flags.verbose;
-        }
-        if let Some(v) = flags.metrics_addr {
-            c.metrics_addr = Some(v);
-        }
-        // ARCUS's switches map onto the mode; the explicit flag wins over both.
-        if c.use_persistence == Some(false) {
-            c.persistence = "off".into();
-        } else if let Some(a) = c.async_logging {
-            c.persistence = if a { "async" } else { "sync" }.into();
-        }
-        if let Some(v) = &flags.persistence {
-            c.persistence = v.clone();
-        }
-        if let Some(v) = &flags.data_dir {
-            c.data_dir = v.clone();
-        }
-        if let Some(v) = flags.log_segment_mb {
-            c.log_segment_mb = v;
-        }
-        if let Some(v) = flags.log_direct_io {
-            c.log_direct_io = v;
-        }
-        if let Some(v) = flags.log_batch_sched {
-            c.log_batch_sched = v;
-        }
-        if let Some(v) = flags.chkpt_interval_pct_snapshot {
-            c.chkpt_interval_pct_snapshot = v;
-        }
-        if let Some(v) = flags.chkpt_interval_min_logsize {
-            c.chkpt_interval_min_logsize = v;
+        for option in m.get_many::<String>("option").into_iter().flatten() {
+            c.set_option(option)?;
         }
         c.validate()?;
         Ok(c)
+    }
+
+    /// The mode that ARCUS's `use_persistence` / `async_logging` keys ask for, if any.
+    fn arcus_mode(&self) -> Option<&'static str> {
+        if self.use_persistence == Some(false) {
+            Some("off")
+        } else {
+            self.async_logging.map(|a| if a { "async" } else { "sync" })
+        }
+    }
+
+    /// Sets the setting named like its file key from one `-o` item: `name=value`, or a bare
+    /// `name` for true. The value is read as the key's type: a number, a bool or text.
+    fn set_option(&mut self, option: &str) -> Result<(), ConfigError> {
+        let fail = |message: String| ConfigError::Option {
+            option: option.to_string(),
+            message,
+        };
+        let (name, value) = option.split_once('=').unwrap_or((option, "true"));
+        let mut table = toml::Table::try_from(&*self).map_err(|e| fail(e.to_string()))?;
+        let value = match table.get(name) {
+            Some(toml::Value::Integer(_)) => value
+                .parse::<i64>()
+                .map(toml::Value::Integer)
+                .map_err(|_| fail("must be a whole number".into()))?,
+            Some(toml::Value::Boolean(_)) => value
+                .parse::<bool>()
+                .map(toml::Value::Boolean)
+                .map_err(|_| fail("must be true or false".into()))?,
+            Some(_) => toml::Value::String(value.to_string()),
+            // An unset Option: a bool or a number if it reads as one, otherwise text.
+            None => value
+                .parse::<bool>()
+                .map(toml::Value::Boolean)
+                .or_else(|_| value.parse::<i64>().map(toml::Value::Integer))
+                .unwrap_or_else(|_| toml::Value::String(value.to_string())),
+        };
+        table.insert(name.to_string(), value);
+        *self = table
+            .try_into()
+            .map_err(|e: toml::de::Error| fail(e.message().to_string()))?;
+        Ok(())
     }
 
     /// Checks ranges that serde cannot.
@@ -427,13 +476,13 @@ impl Config {
 mod tests {
     use super::*;
 
-    /// What `Config::load` gives for a file holding `text` (written to `path`) and the `extra`
-    /// flags.
+    /// What `Config::from_args` gives for a file holding `text` (written to `path`) and the
+    /// `extra` flags.
     fn load_result(path: &Path, text: &str, extra: &[&str]) -> Result<Config, ConfigError> {
         std::fs::write(path, text).unwrap();
         let mut args = vec!["cairn", "--config", path.to_str().unwrap()];
         args.extend_from_slice(extra);
-        Config::load(&Flags::parse_from(args))
+        Config::from_args(args)
     }
 
     fn load_with(path: &Path, text: &str, extra: &[&str]) -> Config {
@@ -479,9 +528,65 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "port = 1000\nmemory_limit_mb = 5\n").unwrap();
-        let flags = Flags::parse_from(["cairn", "--config", path.to_str().unwrap(), "-p", "2000"]);
-        let c = Config::load(&flags).unwrap();
+        let c =
+            Config::from_args(["cairn", "--config", path.to_str().unwrap(), "-p", "2000"]).unwrap();
         assert_eq!((c.port, c.memory_limit_mb), (2000, 5));
+    }
+
+    #[test]
+    fn an_absent_flag_keeps_the_file_value_and_bool_flags_take_an_optional_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let text = "disable_evictions = true\nverbosity = 2\nlog_direct_io = false\n";
+        let c = load_with(&path, text, &[]);
+        assert!(c.disable_evictions && !c.log_direct_io && c.verbosity == 2);
+        let c = load_with(&path, text, &["-M", "false", "--log-direct-io", "-v"]);
+        assert!(!c.disable_evictions && c.log_direct_io && c.verbosity == 1);
+        let c = load_with(&path, "", &["-M", "-A", "-p", "7"]);
+        assert!(c.disable_evictions && c.enable_shutdown && c.port == 7);
+        assert_eq!(Config::from_args(["cairn"]).unwrap(), Config::default());
+    }
+
+    /// README's settings table has a row for every key (JSON keeps the unset Options' keys).
+    #[test]
+    fn readme_lists_every_setting() {
+        let readme = include_str!("../../../README.md");
+        let keys = serde_json::to_value(Config::default()).unwrap();
+        for key in keys.as_object().unwrap().keys() {
+            assert!(
+                readme.contains(&format!("\n| `{key}` | ")),
+                "README.md's settings table has no row for `{key}`"
+            );
+        }
+    }
+
+    #[test]
+    fn dash_o_sets_any_key_and_refuses_unknown_ones() {
+        let c = Config::from_args([
+            "cairn",
+            "-o",
+            "async_flush_ms=7,data_path=/x/snap,log_batch_sched=false",
+            "-o",
+            "enable_admin",
+        ])
+        .unwrap();
+        assert_eq!(c.async_flush_ms, 7);
+        assert_eq!(c.data_path, Some(PathBuf::from("/x/snap")));
+        assert!(!c.log_batch_sched && c.enable_admin);
+        let c = Config::from_args(["cairn", "-o", "metrics_addr=127.0.0.1:9150"]).unwrap();
+        assert_eq!(c.metrics_addr, Some("127.0.0.1:9150".parse().unwrap()));
+        for (option, why) in [
+            ("no_such_key=1", "no_such_key"),
+            ("async_flush_ms=soon", "whole number"),
+            ("log_direct_io=maybe", "true or false"),
+            // -o values are checked like the file's and the flags'.
+            ("async_flush_ms=0", "between 1 and 60000"),
+        ] {
+            let err = Config::from_args(["cairn", "-o", option])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{option}: {err}");
+        }
     }
 
     #[test]
@@ -499,11 +604,13 @@ mod tests {
 
     #[test]
     fn bad_ranges_refused() {
-        let flags = Flags::parse_from(["cairn", "-c", "0"]);
-        let err = Config::load(&flags).unwrap_err().to_string();
+        let err = Config::from_args(["cairn", "-c", "0"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("max_connections"), "{err}");
-        let flags = Flags::parse_from(["cairn", "--persistence", "sometimes"]);
-        let err = Config::load(&flags).unwrap_err().to_string();
+        let err = Config::from_args(["cairn", "--persistence", "sometimes"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("persistence"), "{err}");
         assert_eq!(parse_size("2m"), Ok(2 << 20));
     }

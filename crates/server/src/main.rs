@@ -3,14 +3,14 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use cairn_server::config::{Config, Flags};
+use cairn_server::config::{Config, ConfigError};
 use cairn_server::{metrics, server, Ctx};
-use clap::Parser;
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
-    let config = match Config::load(&flags) {
+    let config = match Config::from_args(std::env::args_os()) {
         Ok(c) => c,
+        // --help, --version, or a flag clap refused: clap prints it and picks the exit code.
+        Err(ConfigError::Flags(e)) => e.exit(),
         Err(e) => {
             eprintln!("cairn: refusing to start: {e}");
             return ExitCode::from(2);

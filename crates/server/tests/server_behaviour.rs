@@ -77,6 +77,33 @@ fn out_of_range_checkpoint_interval_refuses_to_start() {
     );
 }
 
+/// Without --enable-admin no client can change a setting, trigger a checkpoint or change the
+/// log level; reading a setting stays open, and the refused line changes nothing.
+#[test]
+fn admin_writes_are_refused_without_enable_admin() {
+    let server = Server::start(&["--enable-admin", "false"]);
+    let refused = "CLIENT_ERROR admin commands are disabled (start cairn with --enable-admin)\r\n";
+    golden(
+        &mut server.connect(),
+        &[
+            ("config async_logging on\r\n", refused),
+            ("config async_logging\r\n", "async_logging off\r\nEND\r\n"),
+            ("config chkpt_interval_pct_snapshot 50\r\n", refused),
+            (
+                "config chkpt_interval_pct_snapshot\r\n",
+                "chkpt_interval_pct_snapshot 100\r\nEND\r\n",
+            ),
+            ("checkpoint\r\n", refused),
+            ("verbosity 1\r\n", refused),
+            // noreply stays silent: the next reply is the version's.
+            (
+                "verbosity 1 noreply\r\nversion\r\n",
+                &format!("VERSION {}\r\n", cairn_server::VERSION),
+            ),
+        ],
+    );
+}
+
 #[test]
 fn config_lines_report_refuse_and_set_persistence_settings() {
     let server = Server::start(&["--chkpt-interval-min-logsize", "300"]);

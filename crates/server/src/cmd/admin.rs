@@ -13,6 +13,10 @@
 //! like ARCUS's answer to `config verbosity` with no argument: one line `KEY VALUE`, then `END`.
 //! The value is written as the setting line takes it (`on`/`off`, a number of % or of MiB):
 //!
+//! Reading a setting is open to every client; changing one, triggering a checkpoint and
+//! `verbosity` need `--enable-admin` ([`refusal`]), so that no client can turn SYNC off for
+//! everyone.
+//!
 //! ```text
 //!   config async_logging\r\n                 ->  async_logging off\r\nEND\r\n
 //!   config chkpt_interval_min_logsize\r\n    ->  chkpt_interval_min_logsize 256\r\nEND\r\n
@@ -38,8 +42,26 @@ fn current(out: &mut Vec<u8>, key: &str, value: &str) {
     line(out, "END");
 }
 
+/// The reply to an admin write when the server was started without `--enable-admin`.
+pub const DISABLED: &[u8] =
+    b"CLIENT_ERROR admin commands are disabled (start cairn with --enable-admin)\r\n";
+
+/// `Some(DISABLED)` unless admin writes are enabled.
+pub fn refusal(ctx: &Ctx) -> Option<&'static [u8]> {
+    (!ctx.config.enable_admin).then_some(DISABLED)
+}
+
 /// Runs one admin line (`words[0]` is `checkpoint` or `config`).
 pub async fn run(ctx: &Arc<Ctx>, words: &[String], out: &mut Vec<u8>) {
+    // Writes: `checkpoint` and `config KEY VALUE`. Reads (`config KEY`) are open to all.
+    let writes = words.first().is_some_and(|w| w == "checkpoint")
+        || (words.first().is_some_and(|w| w == "config") && words.len() >= 3);
+    if writes {
+        if let Some(reply) = refusal(ctx) {
+            out.extend_from_slice(reply);
+            return;
+        }
+    }
     let Some(p) = ctx.persist.clone() else {
         line(out, "SERVER_ERROR persistence is off");
         return;

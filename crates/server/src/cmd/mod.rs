@@ -98,8 +98,9 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
         Request::Stats { args } => stats::stats(ctx, &args, out),
         Request::Version => misc::version(out),
         Request::Verbosity { noreply } => {
+            let reply = admin::refusal(ctx).unwrap_or(b"OK\r\n");
             if !noreply {
-                out.extend_from_slice(b"OK\r\n");
+                out.extend_from_slice(reply);
             }
         }
         Request::Quit => return Flow::Close,

@@ -20,7 +20,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `cairn -p 0 --data-dir <fresh temp dir> <args>` and waits until it is ready.
+    /// Starts `cairn -p 0 --enable-admin --data-dir <fresh temp dir> <args>` and waits until it
+    /// is ready. Tests drive admin lines, so admin is on unless `args` say `--enable-admin false`
+    /// (the last of a repeated flag wins).
     pub fn start(args: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
@@ -39,7 +41,7 @@ impl Server {
             &["--log-segment-mb", "2"]
         };
         let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["-p", "0"])
+            .args(["-p", "0", "--enable-admin"])
             .args(segments)
             .arg("--data-dir")
             .arg(dir)
