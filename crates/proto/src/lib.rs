@@ -12,8 +12,11 @@
 //! The parser is incremental: it never consumes a partial request, so the caller keeps unparsed
 //! bytes and calls again after the next read. Every limit (key length, line length, value size,
 //! keys per get) is checked before anything is allocated. Errors carry the exact line memcached
-//! 1.6 answers and say how many bytes to skip so the stream stays in sync; only a line that can
-//! never end (longer than the line limit) asks the caller to close the connection.
+//! 1.6 answers and say how many bytes to skip so the stream stays in sync: a malformed storage
+//! command whose data length could be read skips its data block, and a CLIENT_ERROR of a command
+//! that ends in `noreply` is not answered, so a noreply stream never falls out of step. A line
+//! over the line limit and an HTTP request line close the connection without a reply, as
+//! memcached does.
 //!
 //! Non-goals: executing commands (the server does), binary protocol, UDP.
 
@@ -32,9 +35,18 @@ pub struct Limits {
     pub max_value_len: usize,
     /// Longest command line without its data block, except retrieval lines (memcached: 2048).
     pub max_line_len: usize,
-    /// Most keys one get/gets/gat/gats line may name.
+    /// Most keys one get/gets/gat/gats line may name (the line is also capped at
+    /// [`MAX_RETRIEVAL_LINE`] bytes).
     pub max_keys_per_get: usize,
 }
+
+/// Longest get/gets/gat/gats line: memcached reads multi-get lines of any length; cairn holds one
+/// line of up to 16 MiB in memory (hundreds of thousands of keys), then answers it key by key.
+pub const MAX_RETRIEVAL_LINE: usize = 16 << 20;
+
+/// Longest data block memcached reads: a length above `i32::MAX - 2` is a malformed command
+/// (`CLIENT_ERROR bad command line format`), not an item too large.
+pub const MAX_DATA_LEN: usize = i32::MAX as usize - 2;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -42,15 +54,19 @@ impl Default for Limits {
             max_key_len: 250,
             max_value_len: 1 << 20,
             max_line_len: 2048,
-            max_keys_per_get: 1024,
+            max_keys_per_get: 1_000_000,
         }
     }
 }
 
 impl Limits {
-    /// Longest retrieval line: every key at full length plus separators.
+    /// Longest retrieval line: every key at full length plus separators, at most
+    /// [`MAX_RETRIEVAL_LINE`].
     pub fn max_get_line_len(&self) -> usize {
-        self.max_line_len + self.max_keys_per_get * (self.max_key_len + 1)
+        self.max_keys_per_get
+            .saturating_mul(self.max_key_len + 1)
+            .saturating_add(self.max_line_len)
+            .min(MAX_RETRIEVAL_LINE)
     }
 }
 
@@ -81,6 +97,42 @@ pub enum StoreKind {
     Cas,
 }
 
+/// The keys of a retrieval line, held as one buffer (`k1 k2 k3`) rather than one allocation per
+/// key, so a line of a hundred thousand keys costs its own bytes and no more.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyList {
+    /// The keys, each followed by one space.
+    joined: Vec<u8>,
+    count: usize,
+}
+
+impl KeyList {
+    /// A list of these keys (each non-empty and without spaces).
+    pub fn new<'k>(keys: impl IntoIterator<Item = &'k [u8]>) -> KeyList {
+        let mut list = KeyList::default();
+        for k in keys {
+            debug_assert!(!k.is_empty() && !k.contains(&b' '));
+            list.joined.extend_from_slice(k);
+            list.joined.push(b' ');
+            list.count += 1;
+        }
+        list
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The keys in line order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.joined.split(|&b| b == b' ').filter(|k| !k.is_empty())
+    }
+}
+
 /// One parsed client request. Keys and values are owned copies of the input bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
@@ -89,7 +141,7 @@ pub enum Request {
         kind: GetKind,
         /// Only for gat/gats: the new expiration time as sent (relative or absolute).
         exptime: Option<i64>,
-        keys: Vec<Vec<u8>>,
+        keys: KeyList,
     },
     /// set/add/replace/append/prepend/cas.
     Store {
@@ -128,7 +180,9 @@ pub enum Request {
         args: Vec<String>,
     },
     Version,
+    /// verbosity <level> [noreply]
     Verbosity {
+        level: u32,
         noreply: bool,
     },
     Quit,
@@ -157,8 +211,8 @@ pub enum ErrorKind {
 
 /// A request that cannot be answered normally. The caller sends `kind` as a line (unless
 /// `silent`), drops `consumed` bytes of its buffer, then drops `swallow` more bytes as they
-/// arrive (a data block that is refused but must be skipped), and closes the connection if
-/// `close` is set.
+/// arrive (a data block that is refused but must be skipped), removes the key `forget` names,
+/// and closes the connection if `close` is set.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}")]
 pub struct ProtocolError {
@@ -169,28 +223,48 @@ pub struct ProtocolError {
     pub swallow: usize,
     /// The stream cannot be resynchronised: reply, then close.
     pub close: bool,
-    /// The request asked for `noreply` and memcached stays silent for this error.
+    /// The request asked for `noreply` and memcached stays silent for this error (or the
+    /// connection closes without a word).
     pub silent: bool,
+    /// A `set` refused as too large: memcached removes the key's old value rather than leave
+    /// stale data behind, and so does the caller.
+    pub forget: Option<Vec<u8>>,
 }
 
 impl ProtocolError {
-    pub(crate) fn client(why: &'static str, consumed: usize) -> Self {
+    pub(crate) fn new(kind: ErrorKind, consumed: usize) -> Self {
         ProtocolError {
-            kind: ErrorKind::Client(why),
+            kind,
             consumed,
             swallow: 0,
             close: false,
             silent: false,
+            forget: None,
         }
     }
 
+    pub(crate) fn client(why: &'static str, consumed: usize) -> Self {
+        ProtocolError::new(ErrorKind::Client(why), consumed)
+    }
+
     pub(crate) fn unknown(consumed: usize) -> Self {
+        ProtocolError::new(ErrorKind::UnknownCommand, consumed)
+    }
+
+    /// Close the connection without a reply (a line over the limit, an HTTP request).
+    pub(crate) fn hang_up(why: &'static str, consumed: usize) -> Self {
         ProtocolError {
-            kind: ErrorKind::UnknownCommand,
-            consumed,
-            swallow: 0,
-            close: false,
-            silent: false,
+            close: true,
+            silent: true,
+            ..ProtocolError::client(why, consumed)
+        }
+    }
+
+    /// The same error, not answered when `noreply` is set.
+    pub(crate) fn quiet_if(self, noreply: bool) -> Self {
+        ProtocolError {
+            silent: self.silent || noreply,
+            ..self
         }
     }
 

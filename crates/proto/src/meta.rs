@@ -13,7 +13,7 @@
 
 use base64::Engine;
 
-use crate::text::{data_block, parse_i64, parse_u32, parse_u64, refuse_block};
+use crate::text::{data_block, data_len, parse_i64, parse_u32, parse_u64, refuse_block};
 use crate::{key_is_valid, ErrorKind, Limits, ProtocolError, Request};
 
 /// Largest CAS unique a client may set with meta `E`. The server's own counter continues past
@@ -265,24 +265,29 @@ pub(crate) fn parse(
         return Ok(Some((Request::Meta(req), line_len)));
     }
     let Some((raw_key, rest)) = args.split_first() else {
-        // memcached answers a meta command without a key as an unknown command.
-        return Err(ProtocolError::unknown(line_len));
+        // memcached 1.6.4x: a meta command needs a key (1.6.18 answered `ERROR`).
+        return Err(ProtocolError::client("bad command line format", line_len));
     };
     if cmd == MetaCmd::Set {
         let Some((len_word, flag_words)) = rest.split_first() else {
             return Err(ProtocolError::client("bad command line format", line_len));
         };
         // Read as `set` and memcached read it (32 bits), so a refused block's `len + 2` fits.
-        let Some(len) = parse_i64(len_word).and_then(|l| usize::try_from(l).ok()) else {
+        let Some(len) = data_len(len_word) else {
             return Err(ProtocolError::client("bad command line format", line_len));
         };
         // From here on the data length is known: every error skips the block.
-        let refuse = |e: ProtocolError| refuse_block(e.kind, line_len, len, false);
-        if len > limits.max_value_len {
-            return Err(refuse_block(ErrorKind::TooLarge, line_len, len, false));
-        }
+        let refuse = |e: ProtocolError| refuse_block(e.kind, line_len, len);
         let flags = parse_flags(cmd, flag_words, line_len).map_err(refuse)?;
         let key = decode_key(raw_key, flags.base64, limits, line_len).map_err(refuse)?;
+        if len > limits.max_value_len {
+            // As `set`: a refused set leaves no stale value behind.
+            let set = matches!(flags.mode, None | Some(MetaMode::Set));
+            return Err(ProtocolError {
+                forget: set.then_some(key),
+                ..refuse_block(ErrorKind::TooLarge, line_len, len)
+            });
+        }
         let Some((value, total)) = data_block(buf, line_len, len)? else {
             return Ok(None);
         };

@@ -22,7 +22,7 @@ fn retrieval_lines() {
         Request::Get {
             kind: GetKind::Get,
             exptime: None,
-            keys: vec![b"a".to_vec(), b"bb".to_vec()]
+            keys: KeyList::new([&b"a"[..], b"bb"])
         }
     );
     let (r, _) = ok(b"gats -1 k\r\n");
@@ -31,7 +31,7 @@ fn retrieval_lines() {
         Request::Get {
             kind: GetKind::Gats,
             exptime: Some(-1),
-            keys: vec![b"k".to_vec()]
+            keys: KeyList::new([&b"k"[..]])
         }
     );
     assert_eq!(err(b"get\r\n").reply_line(), "ERROR");
@@ -45,6 +45,24 @@ fn retrieval_lines() {
         err(long.as_bytes()).reply_line(),
         "CLIENT_ERROR bad command line format"
     );
+}
+
+#[test]
+fn a_get_of_a_hundred_thousand_keys_is_one_request() {
+    let keys: Vec<String> = (0..100_000).map(|i| format!("key:{i}")).collect();
+    let line = format!("gets  {}\r\n", keys.join(" "));
+    let (r, n) = ok(line.as_bytes());
+    assert_eq!(n, line.len());
+    let Request::Get { keys: got, .. } = r else {
+        panic!("a get")
+    };
+    assert_eq!(got.len(), 100_000);
+    assert!(got.iter().eq(keys.iter().map(|k| k.as_bytes())));
+    // Past the retrieval line cap the connection closes, as for any line over its limit.
+    let limits = Limits::default();
+    let huge = vec![b'k'; MAX_RETRIEVAL_LINE];
+    let e = parse(&[b"get ".as_slice(), &huge].concat(), &limits).expect_err("too long");
+    assert!(e.close && e.silent);
 }
 
 #[test]
@@ -87,10 +105,53 @@ fn storage_errors_keep_the_stream_in_sync() {
     assert_eq!((e.consumed, e.swallow, e.close), (19, 2_000_002, false));
     let e = err(b"set k 0 0 2000000 noreply\r\n");
     assert!(e.silent);
+    assert_eq!(
+        e.forget.as_deref(),
+        Some(&b"k"[..]),
+        "a refused set removes the old value"
+    );
+    let e = err(b"add k 0 0 2000000\r\n");
+    assert_eq!(
+        (e.kind, e.forget),
+        (ErrorKind::TooLarge, None),
+        "only set does"
+    );
     let e = err(b"set k x 0 1\r\n");
     assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!(
+        (e.swallow, e.silent),
+        (3, false),
+        "the data block is skipped"
+    );
+    let e = err(b"set k x 0 1 noreply\r\n");
+    assert_eq!(
+        (e.swallow, e.silent),
+        (3, true),
+        "noreply: no answer, block skipped"
+    );
     let e = err(b"set k 0 0 -1\r\n");
     assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    // memcached reads at most i32::MAX - 2 bytes: longer is a malformed command, with no block
+    // to skip, not an item too large.
+    for len in ["2147483646", "2147483647", "99999999999"] {
+        let e = err(format!("set k 0 0 {len}\r\n").as_bytes());
+        assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+        assert_eq!(e.swallow, 0);
+    }
+    let e = err(b"set k 0 0 2147483645\r\n");
+    assert_eq!((e.kind, e.swallow), (ErrorKind::TooLarge, 2147483647));
+    // A cas without its unique is a malformed cas: its block is skipped, not read as a command.
+    let e = err(b"cas k 0 0 1\r\nx\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!((e.consumed, e.swallow, e.silent), (13, 3, false));
+    let e = err(b"cas k 0 0 1 noreply\r\nx\r\n");
+    assert_eq!((e.consumed, e.swallow, e.silent), (21, 3, true));
+    assert_eq!(err(b"cas k 0 0 1 2 noreply x\r\n").reply_line(), "ERROR");
+    let e = err(b"set k 0 0 1 noreply\r\nxyz\r\n");
+    assert_eq!(
+        (e.reply_line().as_str(), e.silent),
+        ("CLIENT_ERROR bad data chunk", true)
+    );
     let long = format!("set {} 0 0 1\r\na\r\n", "k".repeat(251));
     let e = err(long.as_bytes());
     assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
@@ -115,6 +176,22 @@ fn other_commands() {
         err(b"delete k 5\r\n").reply_line(),
         "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
     );
+    // noreply silences even the legacy hold time's refusal.
+    assert!(err(b"delete k 10 noreply\r\n").silent);
+    assert!(
+        ok(b"delete k noreply\r\n").0
+            == Request::Delete {
+                key: b"k".to_vec(),
+                noreply: true
+            }
+    );
+    assert_eq!(err(b"delete k 0 noreply x\r\n").reply_line(), "ERROR");
+    assert!(
+        err(b"incr k noreply\r\n").silent,
+        "delta 'noreply' is refused silently"
+    );
+    assert!(err(b"touch k x noreply\r\n").silent);
+    assert!(!err(b"touch k x\r\n").silent);
     assert_eq!(
         ok(b"decr k 18446744073709551615\r\n").0,
         Request::Arith {
@@ -156,8 +233,10 @@ fn other_commands() {
     );
     assert_eq!(
         err(b"flush_all x\r\n").reply_line(),
-        "CLIENT_ERROR bad command line format"
+        "CLIENT_ERROR invalid exptime argument"
     );
+    assert!(err(b"flush_all x noreply\r\n").silent);
+    assert_eq!(err(b"flush_all 1 2 3\r\n").reply_line(), "ERROR");
     assert_eq!(
         ok(b"flush_all -1\r\n").0,
         Request::FlushAll {
@@ -168,8 +247,24 @@ fn other_commands() {
     assert_eq!(ok(b"version\r\n").0, Request::Version);
     assert_eq!(
         ok(b"verbosity 1\r\n").0,
-        Request::Verbosity { noreply: false }
+        Request::Verbosity {
+            level: 1,
+            noreply: false
+        }
     );
+    assert_eq!(
+        ok(b"verbosity 2 noreply\r\n").0,
+        Request::Verbosity {
+            level: 2,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b"verbosity x\r\n").reply_line(),
+        "CLIENT_ERROR bad command line format"
+    );
+    assert!(err(b"verbosity noreply\r\n").silent);
+    assert_eq!(err(b"verbosity\r\n").reply_line(), "ERROR");
     assert_eq!(
         ok(b"stats slabs\r\n").0,
         Request::Stats {
@@ -182,11 +277,18 @@ fn other_commands() {
 }
 
 #[test]
-fn endless_line_closes() {
+fn long_lines_and_http_close_without_a_reply() {
     let limits = Limits::default();
     let e = parse(&[b'a'; 3000], &limits).expect_err("too long");
-    assert!(e.close);
-    assert_eq!(e.reply_line(), "CLIENT_ERROR line too long");
+    assert!(e.close && e.silent);
+    // A whole line over the limit too: memcached does not answer and carry on.
+    let line = [&[b'a'; 3000][..], b"\r\nversion\r\n"].concat();
+    let e = parse(&line, &limits).expect_err("too long");
+    assert!(e.close && e.silent);
+    let e = err(b"GET / HTTP/1.0\r\n");
+    assert!(e.close && e.silent);
+    let e = err(b"POST /x HTTP/1.1\r\n");
+    assert!(e.close && e.silent);
     // A long multi-get line is fine while it is within the get limit.
     assert_eq!(
         parse(&[b"get ".as_slice(), &[b'a'; 3000]].concat(), &limits),
@@ -224,7 +326,19 @@ fn meta_requests() {
             ..
         })
     ));
-    assert_eq!(err(b"mg\r\n").reply_line(), "ERROR");
+    for blank in [
+        &b"mg\r\n"[..],
+        b"mg \r\n",
+        b"ms\r\n",
+        b"md\r\n",
+        b"ma\r\n",
+        b"me\r\n",
+    ] {
+        assert_eq!(
+            err(blank).reply_line(),
+            "CLIENT_ERROR bad command line format"
+        );
+    }
     assert_eq!(
         err(b"mg k v v\r\n").reply_line(),
         "CLIENT_ERROR duplicate flag"
@@ -273,10 +387,23 @@ fn meta_set_length_beyond_32_bits() {
     let e = err(b"ms a 18446744073709551615\nab");
     assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
     assert_eq!((e.consumed, e.swallow, e.close), (26, 0, false));
-    // The largest length memcached reads (32 bits) is still refused as too large and skipped.
-    let e = err(b"ms a 2147483647\r\n");
+    // The largest length memcached reads (i32::MAX - 2) is still refused as too large and
+    // skipped; one more is malformed.
+    let e = err(b"ms a 2147483645\r\n");
     assert_eq!(e.kind, ErrorKind::TooLarge);
-    assert_eq!((e.consumed, e.swallow), (17, 2_147_483_649));
+    assert_eq!((e.consumed, e.swallow), (17, 2_147_483_647));
+    let e = err(b"ms a 2147483646\r\n");
+    assert_eq!(
+        (e.reply_line().as_str(), e.swallow),
+        ("CLIENT_ERROR bad command line format", 0)
+    );
+    let e = err(b"ms a 5000000\r\n");
+    assert_eq!(
+        e.forget.as_deref(),
+        Some(&b"a"[..]),
+        "a refused ms removes the old value"
+    );
+    assert_eq!(err(b"ms a 5000000 MA\r\n").forget, None, "not an append");
 }
 
 #[test]

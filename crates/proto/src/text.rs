@@ -6,9 +6,15 @@
 //! ```
 //!
 //! A line is found first (or "need more"); it is split on spaces; the command word picks the
-//! family. Errors follow memcached 1.6 word for word.
+//! family. Errors follow memcached 1.6 word for word, with two rules that keep a pipeline in
+//! step (memcached 1.6.4x's): a command whose last word is `noreply` gets no CLIENT_ERROR
+//! reply, and a malformed storage command skips its data block once its length is known. A
+//! wrong number of words is `ERROR`, answered even after `noreply`, as memcached does.
 
-use crate::{key_is_valid, meta, GetKind, Limits, ProtocolError, Request, StoreKind};
+use crate::{
+    key_is_valid, meta, ErrorKind, GetKind, KeyList, Limits, ProtocolError, Request, StoreKind,
+    MAX_DATA_LEN,
+};
 
 /// Splits one line into words on spaces (memcached's tokenizer), ignoring empty words.
 pub(crate) fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -26,6 +32,7 @@ pub(crate) fn find_line(buf: &[u8]) -> Option<(&[u8], usize)> {
     Some((line, nl + 1))
 }
 
+/// Whether a line is a get/gets/gat/gats, whose lines may be far longer than others.
 fn is_retrieval(buf: &[u8]) -> bool {
     buf.starts_with(b"get ")
         || buf.starts_with(b"gets ")
@@ -58,31 +65,33 @@ pub(crate) fn parse_i64(word: &[u8]) -> Option<i64> {
         .then_some(v)
 }
 
+/// The longest line allowed for a request starting with `line`.
+fn line_limit(line: &[u8], limits: &Limits) -> usize {
+    if is_retrieval(line) {
+        limits.max_get_line_len()
+    } else {
+        limits.max_line_len
+    }
+}
+
+/// The data length of a storage command: 0..=[`MAX_DATA_LEN`], as memcached reads it.
+pub(crate) fn data_len(word: &[u8]) -> Option<usize> {
+    let len = usize::try_from(parse_i64(word)?).ok()?;
+    (len <= MAX_DATA_LEN).then_some(len)
+}
+
 pub(crate) fn parse(
     buf: &[u8],
     limits: &Limits,
 ) -> Result<Option<(Request, usize)>, ProtocolError> {
     let Some((line, line_len)) = find_line(buf) else {
-        let limit = if is_retrieval(buf) {
-            limits.max_get_line_len()
-        } else {
-            limits.max_line_len
-        };
-        if buf.len() > limit {
-            return Err(ProtocolError {
-                close: true,
-                ..ProtocolError::client("line too long", buf.len())
-            });
+        if buf.len() > line_limit(buf, limits) {
+            return Err(ProtocolError::hang_up("line too long", buf.len()));
         }
         return Ok(None);
     };
-    let too_long = if is_retrieval(line) {
-        line.len() > limits.max_get_line_len()
-    } else {
-        line.len() > limits.max_line_len
-    };
-    if too_long {
-        return Err(ProtocolError::client("line too long", line_len));
+    if line.len() > line_limit(line, limits) {
+        return Err(ProtocolError::hang_up("line too long", line_len));
     }
     let mut it = words(line);
     let Some(cmd) = it.next() else {
@@ -112,13 +121,7 @@ pub(crate) fn parse(
         },
         b"version" => Request::Version,
         b"quit" => Request::Quit,
-        // As memcached: one or two words; a trailing (or lone) `noreply` silences the reply.
-        b"verbosity" => match args.as_slice() {
-            [_] | [_, _] => Request::Verbosity {
-                noreply: args.last() == Some(&&b"noreply"[..]),
-            },
-            _ => return Err(ProtocolError::unknown(line_len)),
-        },
+        b"verbosity" => verbosity(&args, line_len)?,
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
             return meta::parse(cmd, &args, buf, line_len, limits)
         }
@@ -128,6 +131,10 @@ pub(crate) fn parse(
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect(),
         },
+        // memcached hangs up on a web browser or an HTTP health check.
+        _ if args.last().unwrap_or(&cmd).starts_with(b"HTTP/") => {
+            return Err(ProtocolError::hang_up("HTTP request", line_len))
+        }
         _ => return Err(ProtocolError::unknown(line_len)),
     };
     Ok(Some((request, line_len)))
@@ -135,6 +142,11 @@ pub(crate) fn parse(
 
 fn bad_format(consumed: usize) -> ProtocolError {
     ProtocolError::client("bad command line format", consumed)
+}
+
+/// Whether the last word asks for no reply (memcached's `set_noreply_maybe`).
+fn ends_in_noreply(args: &[&[u8]]) -> bool {
+    args.last() == Some(&&b"noreply"[..])
 }
 
 fn retrieval(
@@ -166,7 +178,7 @@ fn retrieval(
     Ok(Request::Get {
         kind,
         exptime,
-        keys: keys.iter().map(|k| k.to_vec()).collect(),
+        keys: KeyList::new(keys.iter().copied()),
     })
 }
 
@@ -188,21 +200,15 @@ pub(crate) fn data_block(
 }
 
 /// The error for a data block that is refused before it is read: skip it as it arrives.
-pub(crate) fn refuse_block(
-    kind: crate::ErrorKind,
-    line_len: usize,
-    len: usize,
-    silent: bool,
-) -> ProtocolError {
+pub(crate) fn refuse_block(kind: ErrorKind, line_len: usize, len: usize) -> ProtocolError {
     ProtocolError {
-        kind,
-        consumed: line_len,
         swallow: len + 2,
-        close: false,
-        silent,
+        ..ProtocolError::new(kind, line_len)
     }
 }
 
+/// set/add/replace/append/prepend `<key> <flags> <exptime> <bytes> [noreply]` and
+/// cas `<key> <flags> <exptime> <bytes> <cas unique> [noreply]`.
 fn storage(
     kind: StoreKind,
     args: &[&[u8]],
@@ -210,42 +216,39 @@ fn storage(
     line_len: usize,
     limits: &Limits,
 ) -> Result<Option<(Request, usize)>, ProtocolError> {
-    let fixed = if kind == StoreKind::Cas { 5 } else { 4 };
-    let noreply = match args.len() {
-        n if n == fixed => false,
-        n if n == fixed + 1 => args[fixed] == b"noreply",
-        _ => return Err(ProtocolError::unknown(line_len)),
+    // memcached takes one more word than the command needs (noreply, or ignored); a cas
+    // without its unique is a malformed cas, not another command.
+    let words = if kind == StoreKind::Cas { 4..=6 } else { 4..=5 };
+    if !words.contains(&args.len()) {
+        return Err(ProtocolError::unknown(line_len));
+    }
+    let noreply = ends_in_noreply(args);
+    let Some(len) = data_len(args[3]) else {
+        return Err(bad_format(line_len).quiet_if(noreply));
     };
+    // From here on the block's length is known: every error skips it.
+    let refuse = |kind| refuse_block(kind, line_len, len).quiet_if(noreply);
     let flags = parse_u32(args[1]);
     let exptime = parse_i64(args[2]);
-    let len = parse_i64(args[3]).and_then(|l| usize::try_from(l).ok());
     let cas_unique = if kind == StoreKind::Cas {
-        parse_u64(args[4])
+        args.get(4).and_then(|w| parse_u64(w))
     } else {
         Some(0)
     };
-    let (Some(flags), Some(exptime), Some(len), Some(cas_unique)) =
-        (flags, exptime, len, cas_unique)
-    else {
-        return Err(bad_format(line_len));
+    let (Some(flags), Some(exptime), Some(cas_unique)) = (flags, exptime, cas_unique) else {
+        return Err(refuse(ErrorKind::Client("bad command line format")));
     };
-    if len > limits.max_value_len {
-        return Err(refuse_block(
-            crate::ErrorKind::TooLarge,
-            line_len,
-            len,
-            noreply,
-        ));
-    }
     if !key_is_valid(args[0], limits) {
-        return Err(refuse_block(
-            crate::ErrorKind::Client("bad command line format"),
-            line_len,
-            len,
-            false,
-        ));
+        return Err(refuse(ErrorKind::Client("bad command line format")));
     }
-    let Some((value, total)) = data_block(buf, line_len, len)? else {
+    if len > limits.max_value_len {
+        return Err(ProtocolError {
+            forget: (kind == StoreKind::Set).then(|| args[0].to_vec()),
+            ..refuse(ErrorKind::TooLarge)
+        });
+    }
+    let Some((value, total)) = data_block(buf, line_len, len).map_err(|e| e.quiet_if(noreply))?
+    else {
         return Ok(None);
     };
     Ok(Some((
@@ -262,17 +265,23 @@ fn storage(
     )))
 }
 
+/// delete `<key> [0] [noreply]` (the 0 is what is left of a hold time memcached dropped).
 fn delete(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, ProtocolError> {
     const USAGE: &str = "bad command line format.  Usage: delete <key> [noreply]";
-    let noreply = match args {
-        [_] => false,
-        [_, b"noreply"] | [_, b"0", b"noreply"] => true,
-        [_, b"0"] => false,
-        [] => return Err(ProtocolError::unknown(line_len)),
-        _ => return Err(ProtocolError::client(USAGE, line_len)),
+    if args.is_empty() || args.len() > 3 {
+        return Err(ProtocolError::unknown(line_len));
+    }
+    let noreply = ends_in_noreply(args);
+    let valid = match args.len() {
+        1 => true,
+        2 => args[1] == b"0" || noreply,
+        _ => args[1] == b"0" && noreply,
     };
+    if !valid {
+        return Err(ProtocolError::client(USAGE, line_len).quiet_if(noreply));
+    }
     if !key_is_valid(args[0], limits) {
-        return Err(bad_format(line_len));
+        return Err(bad_format(line_len).quiet_if(noreply));
     }
     Ok(Request::Delete {
         key: args[0].to_vec(),
@@ -280,22 +289,23 @@ fn delete(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, P
     })
 }
 
+/// incr/decr `<key> <delta> [noreply]`.
 fn arith(
     incr: bool,
     args: &[&[u8]],
     line_len: usize,
     limits: &Limits,
 ) -> Result<Request, ProtocolError> {
-    let noreply = match args {
-        [_, _] => false,
-        [_, _, b"noreply"] => true,
-        _ => return Err(ProtocolError::unknown(line_len)),
-    };
-    if !key_is_valid(args[0], limits) {
-        return Err(bad_format(line_len));
+    if !(2..=3).contains(&args.len()) {
+        return Err(ProtocolError::unknown(line_len));
     }
-    let delta = parse_u64(args[1])
-        .ok_or_else(|| ProtocolError::client("invalid numeric delta argument", line_len))?;
+    let noreply = ends_in_noreply(args);
+    if !key_is_valid(args[0], limits) {
+        return Err(bad_format(line_len).quiet_if(noreply));
+    }
+    let delta = parse_u64(args[1]).ok_or_else(|| {
+        ProtocolError::client("invalid numeric delta argument", line_len).quiet_if(noreply)
+    })?;
     Ok(Request::Arith {
         incr,
         key: args[0].to_vec(),
@@ -304,17 +314,18 @@ fn arith(
     })
 }
 
+/// touch `<key> <exptime> [noreply]`.
 fn touch(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, ProtocolError> {
-    let noreply = match args {
-        [_, _] => false,
-        [_, _, b"noreply"] => true,
-        _ => return Err(ProtocolError::unknown(line_len)),
-    };
-    if !key_is_valid(args[0], limits) {
-        return Err(bad_format(line_len));
+    if !(2..=3).contains(&args.len()) {
+        return Err(ProtocolError::unknown(line_len));
     }
-    let exptime = parse_i64(args[1])
-        .ok_or_else(|| ProtocolError::client("invalid exptime argument", line_len))?;
+    let noreply = ends_in_noreply(args);
+    if !key_is_valid(args[0], limits) {
+        return Err(bad_format(line_len).quiet_if(noreply));
+    }
+    let exptime = parse_i64(args[1]).ok_or_else(|| {
+        ProtocolError::client("invalid exptime argument", line_len).quiet_if(noreply)
+    })?;
     Ok(Request::Touch {
         key: args[0].to_vec(),
         exptime,
@@ -322,13 +333,17 @@ fn touch(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, Pr
     })
 }
 
+/// flush_all `[delay] [noreply]`.
 fn flush_all(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
-    let (delay, noreply) = match args {
-        [] => (Some(0), false),
-        [b"noreply"] => (Some(0), true),
-        [d] => (parse_i64(d), false),
-        [d, b"noreply"] => (parse_i64(d), true),
-        _ => (None, false),
+    if args.len() > 2 {
+        return Err(ProtocolError::unknown(line_len));
+    }
+    let noreply = ends_in_noreply(args);
+    let given = args.len() - usize::from(noreply);
+    let delay = if given == 0 {
+        Some(0)
+    } else {
+        parse_i64(args[0])
     };
     // memcached takes a negative delay as "now".
     match delay {
@@ -336,6 +351,16 @@ fn flush_all(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> 
             delay: delay.max(0),
             noreply,
         }),
-        None => Err(bad_format(line_len)),
+        None => Err(ProtocolError::client("invalid exptime argument", line_len).quiet_if(noreply)),
     }
+}
+
+/// verbosity `<level> [noreply]`.
+fn verbosity(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+    if !(1..=2).contains(&args.len()) {
+        return Err(ProtocolError::unknown(line_len));
+    }
+    let noreply = ends_in_noreply(args);
+    let level = parse_u32(args[0]).ok_or_else(|| bad_format(line_len).quiet_if(noreply))?;
+    Ok(Request::Verbosity { level, noreply })
 }

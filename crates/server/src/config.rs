@@ -65,7 +65,7 @@ pub struct Config {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9150); none = disabled.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
-    /// Most keys in one get line.
+    /// Most keys in one get/gets/gat/gats line (the line itself may hold 16 MiB).
     #[arg(long)]
     pub max_keys_per_get: usize,
     /// Bytes of responses buffered per connection before the server stops reading from it
@@ -124,6 +124,9 @@ pub struct Config {
     /// Allow the `shutdown [graceful]` command (memcached `-A`).
     #[arg(short = 'A', long)]
     pub enable_shutdown: bool,
+    /// Refuse `flush_all` with `CLIENT_ERROR flush_all not allowed` (memcached `-F`).
+    #[arg(short = 'F', long)]
+    pub disable_flush_all: bool,
 }
 
 impl Default for Config {
@@ -138,7 +141,7 @@ impl Default for Config {
             item_size_max: 1 << 20,
             verbosity: 0,
             metrics_addr: None,
-            max_keys_per_get: 1024,
+            max_keys_per_get: 1_000_000,
             output_buffer_max: 256 << 10,
             persistence: "sync".to_string(),
             data_dir: PathBuf::from("cairn-data"),
@@ -155,6 +158,7 @@ impl Default for Config {
             log_batch_sched: true,
             enable_admin: false,
             enable_shutdown: false,
+            disable_flush_all: false,
         }
     }
 }

@@ -167,7 +167,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         keys,
                     } => {
                         let now = ctx.now();
-                        for key in &keys {
+                        for key in keys.iter() {
                             cmd::get::one(ctx, kind, exptime, now, key, &mut c.output);
                             note_writes(c);
                             if c.output.len() >= ctx.config.output_buffer_max {
@@ -200,6 +200,10 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
             }
             Err(e) => {
                 bump(&ctx.counters.protocol_errors);
+                if let Some(key) = &e.forget {
+                    cmd::storage::forget(ctx, key);
+                    note_writes(c);
+                }
                 if !e.silent {
                     c.output.extend_from_slice(e.reply_line().as_bytes());
                     c.output.extend_from_slice(b"\r\n");

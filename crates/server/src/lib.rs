@@ -22,7 +22,7 @@ pub mod server;
 pub mod stats;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use cairn_persist::{Mode, PersistConfig, Persistence};
@@ -53,6 +53,9 @@ pub struct Ctx {
     pub curr_connections: AtomicU64,
     /// Current `verbosity` (settable by the `verbosity` command).
     pub verbosity: AtomicU8,
+    /// Applies a new verbosity to the process's log filter (set by the binary; tests and
+    /// embedders without a log subscriber leave it unset).
+    log_level: OnceLock<LogLevelHook>,
     /// When the server started, for `uptime`.
     pub started: Instant,
     /// Seconds this server's clock runs ahead of the wall clock: 0, except in tests that need
@@ -142,8 +145,23 @@ impl Ctx {
             verbosity: AtomicU8::new(config.verbosity),
             started: Instant::now(),
             clock_ahead_secs: AtomicU32::new(0),
+            log_level: OnceLock::new(),
             config,
         }))
+    }
+
+    /// Installs what `verbosity N` calls to change the log level (once; later calls are ignored).
+    pub fn set_log_level_hook(&self, hook: LogLevelHook) {
+        let _ = self.log_level.set(hook);
+    }
+
+    /// `verbosity N`: the level `stats settings` shows and the log filter in force.
+    pub fn set_verbosity(&self, level: u32) {
+        let level = u8::try_from(level).unwrap_or(u8::MAX);
+        self.verbosity.store(level, Ordering::Relaxed);
+        if let Some(hook) = self.log_level.get() {
+            hook(level);
+        }
     }
 
     /// The time in unix seconds, as commands, TTLs and last access times use it.
@@ -173,6 +191,20 @@ impl Ctx {
                 .and_then(|p| p.write_refusal())
                 .unwrap_or_else(|| "the command log failed".into()),
         )
+    }
+}
+
+/// Changes the log filter to a verbosity's level (see [`log_filter`]).
+pub type LogLevelHook = Box<dyn Fn(u8) + Send + Sync>;
+
+/// The log filter for a memcached verbosity: 0 info (memcached prints errors only), 1 debug
+/// (memcached `-v`: warnings and connection events), 2 and more trace (memcached `-vv`:
+/// commands).
+pub fn log_filter(verbosity: u8) -> &'static str {
+    match verbosity {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
     }
 }
 

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use cairn_server::config::{Config, ConfigError};
 use cairn_server::{metrics, server, Ctx};
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::{reload, EnvFilter};
 
 fn main() -> ExitCode {
     let config = match Config::from_args(std::env::args_os()) {
@@ -16,17 +18,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let level = match config.verbosity {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .with_writer(std::io::stderr)
+    // The filter sits behind a reload handle so that the `verbosity` command can change it.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(cairn_server::log_filter(config.verbosity)));
+    let (filter, log_level) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads())
@@ -46,6 +44,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    ctx.set_log_level_hook(Box::new(move |v| {
+        let _ = log_level.reload(EnvFilter::new(cairn_server::log_filter(v)));
+    }));
     match runtime.block_on(run(ctx)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

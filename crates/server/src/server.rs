@@ -59,11 +59,14 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         };
         bump(&ctx.counters.total_connections);
         ctx.curr_connections.fetch_add(1, Relaxed);
+        // memcached -v logs connection events too.
+        tracing::debug!(%peer, "connection opened");
         let ctx = Arc::clone(&ctx);
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             connection::serve(Arc::clone(&ctx), stream, shutdown).await;
             ctx.curr_connections.fetch_sub(1, Relaxed);
+            tracing::debug!(%peer, "connection closed");
             drop(permit);
         });
     }

@@ -138,8 +138,9 @@ fn errors_keep_the_connection_usable() {
             ("\r\n", "ERROR\r\n"),
             ("get\r\n", "ERROR\r\n"),
             ("set k 0 0\r\n", "ERROR\r\n"),
+            // A malformed storage command whose length could be read skips its data block.
             (
-                "set k x 0 1\r\n",
+                "set k x 0 1\r\nx\r\n",
                 "CLIENT_ERROR bad command line format\r\n",
             ),
             // As in memcached: the block is len + 2 bytes; what is left of the line is a command.
@@ -191,12 +192,19 @@ fn errors_keep_the_connection_usable() {
     );
 }
 
+/// memcached answers neither a line over its limit nor an HTTP request: it hangs up.
 #[test]
-fn endless_line_is_refused_and_closed() {
+fn long_lines_and_http_requests_close_without_a_reply() {
     let server = Server::start(&[]);
     let mut c = server.connect();
     c.send(&vec![b'a'; 5000]);
-    assert_eq!(c.read_to_close(), b"CLIENT_ERROR line too long\r\n");
+    assert_eq!(c.read_to_close(), b"");
+    let mut c = server.connect();
+    c.send(&[&[b'a'; 3000][..], b"\r\nversion\r\n"].concat());
+    assert_eq!(c.read_to_close(), b"", "a whole line over the limit too");
+    let mut c = server.connect();
+    c.send(b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(c.read_to_close(), b"");
     // The server itself is fine.
     golden(
         &mut server.connect(),
@@ -347,4 +355,202 @@ fn connections_beyond_the_limit_are_refused_politely() {
     );
     let stats = String::from_utf8(a.exchange(b"stats\r\n")).unwrap();
     assert!(stats.contains("STAT rejected_connections 1\r\n"), "{stats}");
+}
+
+/// A `set` refused as too large removes the key's old value (memcached unlinks it, so a failed
+/// set never leaves stale data behind); other commands leave it.
+#[test]
+fn an_oversized_set_removes_the_old_value() {
+    let server = Server::start(&["-I", "1k", "-m", "8"]);
+    let mut c = server.connect();
+    let block = |cmd: &str| {
+        [
+            format!("{cmd} 0 0 2000\r\n").into_bytes(),
+            vec![b'z'; 2000],
+            b"\r\n".to_vec(),
+        ]
+        .concat()
+    };
+    golden(&mut c, &[("set k 0 0 3\r\nold\r\n", "STORED\r\n")]);
+    for cmd in ["add k", "replace k", "append k", "prepend k"] {
+        let reply = c.exchange(&[block(cmd), b"get k\r\n".to_vec()].concat());
+        assert_eq!(
+            String::from_utf8_lossy(&reply),
+            "SERVER_ERROR object too large for cache\r\nVALUE k 0 3\r\nold\r\nEND\r\n",
+            "{cmd}"
+        );
+    }
+    let reply = c.exchange(&[block("set k"), b"get k\r\n".to_vec()].concat());
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "SERVER_ERROR object too large for cache\r\nEND\r\n"
+    );
+    // Quietly too: noreply hides the error, not the removal.
+    golden(&mut c, &[("set k 0 0 3\r\nold\r\n", "STORED\r\n")]);
+    let quiet = [
+        b"set k 0 0 2000 noreply\r\n".to_vec(),
+        vec![b'z'; 2000],
+        b"\r\nget k\r\n".to_vec(),
+    ]
+    .concat();
+    assert_eq!(String::from_utf8_lossy(&c.exchange(&quiet)), "END\r\n");
+}
+
+/// A get or gets of tens of thousands of keys is answered, key by key, in one reply.
+#[test]
+fn a_get_of_fifty_thousand_keys_is_answered() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let mut sets = String::new();
+    for i in (0..50_000).step_by(1000) {
+        sets.push_str(&format!("set key:{i} {i} 0 1 noreply\r\nv\r\n"));
+    }
+    c.exchange(sets.as_bytes());
+    let keys: Vec<String> = (0..50_000).map(|i| format!("key:{i}")).collect();
+    for cmd in ["get", "gets"] {
+        let reply = c.exchange(format!("{cmd} {}\r\n", keys.join(" ")).as_bytes());
+        let text = String::from_utf8(reply).unwrap();
+        let hits: Vec<&str> = text.lines().filter(|l| l.starts_with("VALUE ")).collect();
+        assert_eq!(hits.len(), 50, "{cmd}");
+        assert!(
+            hits[49].starts_with("VALUE key:49000 49000 1"),
+            "{cmd}: {}",
+            hits[49]
+        );
+        assert!(text.ends_with("END\r\n"));
+    }
+}
+
+/// memcached 1.6.4x: a `cas` without its unique is a malformed command whose data block is
+/// skipped (1.6.18 answered ERROR and then read the data line as a command).
+#[test]
+fn a_cas_without_its_unique_skips_its_block() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set k 0 0 1\r\nx\r\n", "STORED\r\n"),
+            (
+                "cas k 0 0 1\r\ny\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            ("cas k 0 0 1 noreply\r\ny\r\n", ""),
+            (
+                "cas k 0 0 3 x\r\nget\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            ("get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n"),
+        ],
+    );
+}
+
+/// A pipeline of `noreply` commands, malformed ones among them, stays in step: nothing is
+/// answered but the final get.
+#[test]
+fn malformed_commands_never_desync_a_noreply_stream() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let stream = concat!(
+        "set k 0 0 1 noreply\r\n1\r\n",
+        "delete k 0 noreply\r\n",
+        "set k 0 0 1 noreply\r\n2\r\n",
+        "delete k 10 noreply\r\n",
+        "delete k x noreply\r\n",
+        "set k x 0 1 noreply\r\nX\r\n",
+        "set k 0 x 1 noreply\r\nX\r\n",
+        "cas k 0 0 1 noreply\r\nX\r\n",
+        "cas k 0 0 1 x noreply\r\nX\r\n",
+        "incr k noreply\r\n",
+        "incr k x noreply\r\n",
+        "touch k x noreply\r\n",
+        "flush_all x noreply\r\n",
+        "verbosity x noreply\r\n",
+        "get k\r\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&c.exchange(stream.as_bytes())),
+        "VALUE k 0 1\r\n2\r\nEND\r\n"
+    );
+}
+
+#[test]
+fn flush_all_arguments_and_disable_flush_all() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            (
+                "flush_all x\r\n",
+                "CLIENT_ERROR invalid exptime argument\r\n",
+            ),
+            ("flush_all 1 2 3\r\n", "ERROR\r\n"),
+            ("flush_all noreply\r\n", ""),
+            ("flush_all 0\r\n", "OK\r\n"),
+        ],
+    );
+    let server = Server::start(&["-F"]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set k 0 0 1\r\nx\r\n", "STORED\r\n"),
+            ("flush_all\r\n", "CLIENT_ERROR flush_all not allowed\r\n"),
+            ("flush_all 0 noreply\r\n", ""),
+            ("get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n"),
+        ],
+    );
+    let stats = String::from_utf8(c.exchange(b"stats\r\n")).unwrap();
+    assert!(
+        stats.contains("STAT cmd_flush 2\r\n"),
+        "counted as memcached counts them"
+    );
+}
+
+/// memcached reads a data length up to i32::MAX - 2; more is a malformed command with no block
+/// to skip, not an item too large.
+#[test]
+fn a_data_length_past_31_bits_is_malformed() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            (
+                "set k 0 0 2147483647\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            (
+                "set k 0 0 4294967296\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            ("set k 0 0 1\r\nx\r\n", "STORED\r\n"),
+        ],
+    );
+}
+
+/// `verbosity N` changes the log level of the running server: with 1 (debug), connection events
+/// are logged; at the start level (info) they were not.
+#[test]
+fn verbosity_changes_the_log_level() {
+    use std::io::BufRead;
+    let mut server = common::Server::start_logging(&[]);
+    let log = server.child.stderr.take().expect("stderr");
+    let mut first = server.connect();
+    golden(&mut first, &[("verbosity 1\r\n", "OK\r\n")]);
+    let second = server.connect();
+    let port = second.stream.local_addr().unwrap().port();
+    let line = std::io::BufReader::new(log)
+        .lines()
+        .map(|l| l.expect("read log"))
+        .find(|l| l.contains("connection opened"))
+        .expect("a connection logged");
+    assert!(
+        line.contains(&format!(":{port}")),
+        "the first connection logged is the one opened after `verbosity 1`: {line}"
+    );
+    golden(&mut first, &[("verbosity 0\r\n", "OK\r\n")]);
+    let stats = String::from_utf8(first.exchange(b"stats settings\r\n")).unwrap();
+    assert!(stats.contains("STAT verbosity 0\r\n"), "{stats}");
 }

@@ -11,16 +11,21 @@ use crate::stats::bump;
 use crate::Ctx;
 
 /// Flushes now (`delay` 0 or a time already past) or schedules a flush at `now + delay` (or
-/// the absolute time).
-pub fn flush_all(ctx: &Arc<Ctx>, delay: i64, now: u32) {
+/// the absolute time); returns the reply. With `-F` it is refused (and still counted, as
+/// memcached counts it).
+pub fn flush_all(ctx: &Arc<Ctx>, delay: i64, now: u32) -> &'static [u8] {
     bump(&ctx.counters.cmd_flush);
+    if ctx.config.disable_flush_all {
+        return b"CLIENT_ERROR flush_all not allowed\r\n";
+    }
     let at = crate::absolute_exptime(delay, now);
     if at == 0 || at <= now {
         ctx.store.flush_all();
-        return;
+    } else {
+        ctx.store.schedule_flush(at);
+        arm_timer(ctx, at, now);
     }
-    ctx.store.schedule_flush(at);
-    arm_timer(ctx, at, now);
+    b"OK\r\n"
 }
 
 /// Runs the flush scheduled for `at` when that time comes, unless a later flush_all replaced

@@ -42,7 +42,7 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
             exptime,
             keys,
         } => {
-            for key in &keys {
+            for key in keys.iter() {
                 get::one(ctx, kind, exptime, now, key, out);
             }
             get::end(out);
@@ -90,15 +90,18 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
             }
         }
         Request::FlushAll { delay, noreply } => {
-            flush::flush_all(ctx, delay, now);
+            let reply = flush::flush_all(ctx, delay, now);
             if !noreply {
-                out.extend_from_slice(b"OK\r\n");
+                out.extend_from_slice(reply);
             }
         }
         Request::Stats { args } => stats::stats(ctx, &args, out),
         Request::Version => misc::version(out),
-        Request::Verbosity { noreply } => {
-            let reply = admin::refusal(ctx).unwrap_or(b"OK\r\n");
+        Request::Verbosity { level, noreply } => {
+            let reply = admin::refusal(ctx).unwrap_or_else(|| {
+                ctx.set_verbosity(level);
+                b"OK\r\n"
+            });
             if !noreply {
                 out.extend_from_slice(reply);
             }

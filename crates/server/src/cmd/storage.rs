@@ -27,6 +27,15 @@ pub fn store_error(ctx: &Ctx, e: StoreError) -> &'static [u8] {
     }
 }
 
+/// A `set` refused before its value was read (larger than `-I`): the key's old value goes, as
+/// memcached unlinks it, so that a failed set never leaves stale data readable. Not done once
+/// writes are refused (the log failed).
+pub fn forget(ctx: &Ctx, key: &[u8]) {
+    if ctx.write_refusal().is_none() {
+        ctx.store.entry(key, ctx.now(), |e| e.delete());
+    }
+}
+
 /// Applies one storage command and returns its reply line.
 #[allow(clippy::too_many_arguments)]
 pub fn store(

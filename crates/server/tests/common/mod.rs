@@ -24,9 +24,18 @@ impl Server {
     /// is ready. Tests drive admin lines, so admin is on unless `args` say `--enable-admin false`
     /// (the last of a repeated flag wins).
     pub fn start(args: &[&str]) -> Server {
+        Server::start_fresh(args, Stdio::null())
+    }
+
+    /// [`Server::start`] with the server's log (stderr) readable from `child.stderr`.
+    pub fn start_logging(args: &[&str]) -> Server {
+        Server::start_fresh(args, Stdio::piped())
+    }
+
+    fn start_fresh(args: &[&str], stderr: Stdio) -> Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
-        let mut s = Server::start_in(&dir, args);
+        let mut s = Server::start_in_with(&dir, args, stderr);
         s._tmp = Some(tmp);
         s
     }
@@ -35,6 +44,10 @@ impl Server {
     /// `args` name their own `--log-segment-mb N`, as two arguments (needed for items over
     /// 1 MiB).
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
+        Server::start_in_with(dir, args, Stdio::null())
+    }
+
+    fn start_in_with(dir: &std::path::Path, args: &[&str], stderr: Stdio) -> Server {
         let segments: &[&str] = if args.contains(&"--log-segment-mb") {
             &[]
         } else {
@@ -47,7 +60,7 @@ impl Server {
             .arg(dir)
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn cairn");
         let stdout = child.stdout.take().expect("stdout");
