@@ -792,6 +792,11 @@ impl Persistence {
 
     /// `stats persistence` lines: (name, value). ARCUS's fields come first, with its names and
     /// formats; cairn's own follow.
+    /// The command log's own figures, with its latency and batch-size histograms.
+    pub fn log_stats(&self) -> cairn_wal::LogStats {
+        self.log.stats()
+    }
+
     pub fn stats(&self) -> Vec<(&'static str, String)> {
         let l = self.log.stats();
         let s = self.stats.lock().clone();

@@ -160,6 +160,8 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         continue;
                     }
                 }
+                let family = crate::metrics::Family::of(&request);
+                let started = std::time::Instant::now();
                 match request {
                     Request::Get {
                         kind,
@@ -197,6 +199,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         }
                     }
                 }
+                ctx.latency.observe(family, started.elapsed());
             }
             Err(e) => {
                 bump(&ctx.counters.protocol_errors);

@@ -49,6 +49,8 @@ pub struct Ctx {
     pub limits: cairn_proto::Limits,
     /// memcached-named counters.
     pub counters: stats::Counters,
+    /// Command latency by family, for the Prometheus endpoint.
+    pub latency: metrics::Latency,
     /// Open client connections now.
     pub curr_connections: AtomicU64,
     /// Current `verbosity` (settable by the `verbosity` command).
@@ -141,6 +143,7 @@ impl Ctx {
             writes_refused,
             limits,
             counters: stats::Counters::default(),
+            latency: metrics::Latency::default(),
             curr_connections: AtomicU64::new(0),
             verbosity: AtomicU8::new(config.verbosity),
             started: Instant::now(),

@@ -82,14 +82,19 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         cairn_server::VERSION
     );
     if let Some(l) = metrics_listener {
-        tracing::info!(addr = %l.local_addr().map_err(|e| e.to_string())?, "metrics endpoint");
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!(%addr, "metrics endpoint");
+        // Before the "listening" line, so that a test that waits for that line has both.
+        println!("cairn metrics on {addr}");
         tokio::spawn(metrics::serve(Arc::clone(&ctx), l));
     }
     // Tests and scripts wait for this line to know the server is ready and where.
+    // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
+    let signal = server::shutdown_signal();
     println!("cairn listening on {local}");
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        server::shutdown_signal().await;
+        signal.await;
         tracing::info!("signal received");
         let _ = tx.send(true);
     });

@@ -1,96 +1,326 @@
-//! A Prometheus text endpoint on `--metrics-addr`: every request, whatever its path, gets the
-//! current counters in the text exposition format, each with its one-line description.
+//! The Prometheus endpoint on `--metrics-addr`: `GET /metrics` answers every figure of
+//! `stats` and `stats persistence` (the one list in `crate::stats`), command latency
+//! histograms by command family, and the command log's fdatasync latency and group-commit
+//! batch size histograms, in the OpenMetrics text format.
 //!
-//! Deliberately tiny (read the request head, write one response, close): it serves scrapers,
-//! not browsers, and keeps an HTTP stack out of the cache server.
+//! ```text
+//!   scrape ──hyper (HTTP/1.1)──> respond ──prometheus_client::encoding::text::encode──>
+//!            CtxCollector::encode ── stats::general + stats::persistence  (counters, gauges)
+//!                                 ── Latency (per command family)          (histograms)
+//!                                 ── Persistence::log_stats()              (histograms)
+//! ```
+//!
+//! The format is prometheus-client's and the HTTP stack hyper's. Command latency is kept in
+//! atomic bucket counters of our own ([`Latency`]): prometheus-client's `Histogram` takes a
+//! lock on every observation, which every request would contend for.
 
-use std::fmt::Write as _;
-use std::sync::atomic::Ordering::Relaxed;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use cairn_proto::Request;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, StatusCode};
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::stats::COUNTERS;
+use crate::stats::{Kind, Value};
 use crate::Ctx;
 
-/// Renders every metric in the Prometheus text format.
-pub fn render(ctx: &Ctx) -> String {
-    let mut s = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        let _ = write!(
-            s,
-            "# HELP cairn_{name} {help}\n# TYPE cairn_{name} {kind}\ncairn_{name} {value}\n"
-        );
-    };
-    for (name, help, read) in COUNTERS {
-        metric(name, "counter", help, read(&ctx.counters));
+/// Command families, the `command` label of `cairn_command_duration_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Get,
+    Set,
+    Delete,
+    Arith,
+    Touch,
+    Flush,
+    Meta,
+    Stats,
+    Admin,
+    Other,
+}
+
+impl Family {
+    const ALL: [Family; 10] = [
+        Family::Get,
+        Family::Set,
+        Family::Delete,
+        Family::Arith,
+        Family::Touch,
+        Family::Flush,
+        Family::Meta,
+        Family::Stats,
+        Family::Admin,
+        Family::Other,
+    ];
+
+    /// The family of a request.
+    pub fn of(request: &Request) -> Family {
+        match request {
+            Request::Get { .. } => Family::Get,
+            Request::Store { .. } => Family::Set,
+            Request::Delete { .. } => Family::Delete,
+            Request::Arith { .. } => Family::Arith,
+            Request::Touch { .. } => Family::Touch,
+            Request::FlushAll { .. } => Family::Flush,
+            Request::Meta(_) => Family::Meta,
+            Request::Stats { .. } => Family::Stats,
+            Request::Admin { .. } => Family::Admin,
+            _ => Family::Other,
+        }
     }
-    let st = ctx.store.stats();
-    metric(
-        "curr_connections",
-        "gauge",
-        "Open client connections.",
-        ctx.curr_connections.load(Relaxed),
-    );
-    metric("curr_items", "gauge", "Live items.", st.curr_items);
-    metric(
-        "total_items",
-        "counter",
-        "Items ever stored.",
-        st.total_items,
-    );
-    metric("bytes", "gauge", "Bytes used by items.", st.bytes);
-    metric(
-        "memory_used_bytes",
-        "gauge",
-        "Bytes of memory the store holds.",
-        st.memory_used_bytes,
-    );
-    metric(
-        "limit_maxbytes",
-        "gauge",
-        "The memory limit in bytes.",
-        st.limit_maxbytes,
-    );
-    metric(
-        "evictions",
-        "counter",
-        "Live items removed to make room.",
-        st.evictions,
-    );
-    metric(
-        "reclaimed",
-        "counter",
-        "Expired items whose memory was reclaimed.",
-        st.reclaimed,
-    );
-    metric(
-        "uptime_seconds",
-        "gauge",
-        "Seconds since the server started.",
-        ctx.started.elapsed().as_secs(),
-    );
-    s
+
+    fn label(self) -> &'static str {
+        match self {
+            Family::Get => "get",
+            Family::Set => "set",
+            Family::Delete => "delete",
+            Family::Arith => "incr_decr",
+            Family::Touch => "touch",
+            Family::Flush => "flush_all",
+            Family::Meta => "meta",
+            Family::Stats => "stats",
+            Family::Admin => "admin",
+            Family::Other => "other",
+        }
+    }
+}
+
+/// Upper bounds of the command latency buckets, in seconds (the last bucket is +Inf).
+const LATENCY_BOUNDS_S: [f64; 16] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1,
+    0.25, 1.0, 2.5,
+];
+
+/// One histogram: a count per bucket (not cumulative), the sum and the count.
+#[derive(Default)]
+struct Buckets {
+    counts: [AtomicU64; LATENCY_BOUNDS_S.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+/// Command latency by family: the time from a parsed request to its reply in the output
+/// buffer (the wait for the log in SYNC mode is `cairn_fdatasync_seconds`'s).
+#[derive(Default)]
+pub struct Latency {
+    families: [Buckets; Family::ALL.len()],
+}
+
+impl Latency {
+    /// Records one command.
+    pub fn observe(&self, family: Family, took: Duration) {
+        let b = &self.families[family as usize];
+        let s = took.as_secs_f64();
+        let i = LATENCY_BOUNDS_S
+            .iter()
+            .position(|&bound| s <= bound)
+            .unwrap_or(LATENCY_BOUNDS_S.len());
+        b.counts[i].fetch_add(1, Relaxed);
+        b.sum_ns.fetch_add(took.as_nanos() as u64, Relaxed);
+    }
+}
+
+/// (upper bound, count in that bucket alone) pairs ending with +Inf, as prometheus-client's
+/// `encode_histogram` takes them (it adds them up), from the count at or below each bound.
+fn histogram_buckets(
+    bounds: &[f64],
+    count_up_to: impl Fn(usize) -> u64,
+    total: u64,
+) -> Vec<(f64, u64)> {
+    let mut below = 0;
+    let mut out = Vec::with_capacity(bounds.len() + 1);
+    for (i, &bound) in bounds.iter().enumerate() {
+        let upto = count_up_to(i).max(below);
+        out.push((bound, upto - below));
+        below = upto;
+    }
+    // prometheus-client writes f64::MAX as +Inf.
+    out.push((f64::MAX, total.saturating_sub(below)));
+    out
+}
+
+/// Reads the server's figures at each scrape.
+struct CtxCollector(Arc<Ctx>);
+
+impl std::fmt::Debug for CtxCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CtxCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for CtxCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let ctx = &self.0;
+        let readings = crate::stats::general(ctx)
+            .into_iter()
+            .chain(crate::stats::persistence(ctx));
+        for r in readings {
+            let Some(v) = r.export else { continue };
+            let kind = match r.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let mut m = enc.encode_descriptor(r.metric, r.help, None, kind)?;
+            match (r.kind, v) {
+                (Kind::Counter, Value::Int(v)) => {
+                    m.encode_counter::<NoLabelSet, _, f64>(&v, None)?
+                }
+                (Kind::Counter, Value::Float(v)) => {
+                    m.encode_counter::<NoLabelSet, _, f64>(&v, None)?
+                }
+                (Kind::Gauge, Value::Int(v)) => m.encode_gauge(&(v as i64))?,
+                (Kind::Gauge, Value::Float(v)) => m.encode_gauge(&v)?,
+                (_, Value::Text(_)) => unreachable!("text is never exported"),
+            }
+        }
+
+        let mut m = enc.encode_descriptor(
+            "command_duration_seconds",
+            "Time to execute a command, from parsed request to reply buffered, by family.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for family in Family::ALL {
+            let b = &ctx.latency.families[family as usize];
+            let counts: Vec<u64> = b.counts.iter().map(|c| c.load(Relaxed)).collect();
+            let total = counts.iter().sum();
+            let buckets: Vec<(f64, u64)> = LATENCY_BOUNDS_S
+                .iter()
+                .copied()
+                .chain([f64::MAX])
+                .zip(counts.iter().copied())
+                .collect();
+            let sum = b.sum_ns.load(Relaxed) as f64 / 1e9;
+            let labels = [("command", family.label())];
+            m.encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(sum, total, &buckets, None)?;
+        }
+
+        if let Some(p) = &ctx.persist {
+            let log = p.log_stats();
+            let h = &log.fsync_latency_us;
+            let bounds_us = [
+                50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 10e3, 20e3, 50e3, 100e3, 200e3, 500e3,
+                1e6, 2e6, 5e6,
+            ];
+            let bounds_s = bounds_us.map(|us| us / 1e6);
+            let buckets = histogram_buckets(
+                &bounds_s,
+                |i| h.count_between(0, bounds_us[i] as u64),
+                h.len(),
+            );
+            let mut m = enc.encode_descriptor(
+                "fdatasync_seconds",
+                "Write + fdatasync of each command log batch.",
+                None,
+                MetricType::Histogram,
+            )?;
+            let sum = h.mean() * h.len() as f64 / 1e6;
+            m.encode_histogram::<NoLabelSet>(sum, h.len(), &buckets, None)?;
+
+            let h = &log.batch_bytes;
+            let bounds = [
+                512.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+            ];
+            let buckets =
+                histogram_buckets(&bounds, |i| h.count_between(0, bounds[i] as u64), h.len());
+            let mut m = enc.encode_descriptor(
+                "log_batch_bytes",
+                "Bytes of each command log batch (group commit).",
+                None,
+                MetricType::Histogram,
+            )?;
+            let sum = h.mean() * h.len() as f64;
+            m.encode_histogram::<NoLabelSet>(sum, h.len(), &buckets, None)?;
+        }
+        Ok(())
+    }
+}
+
+/// The registry every scrape encodes: all names start with `cairn_`.
+pub fn registry(ctx: Arc<Ctx>) -> Registry {
+    let mut registry = Registry::with_prefix("cairn");
+    registry.register_collector(Box::new(CtxCollector(ctx)));
+    registry
+}
+
+/// Renders every metric in the OpenMetrics text format.
+pub fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+/// `GET /metrics` (or `/`): the metrics; anything else: 404 or 405.
+fn respond(registry: &Registry, req: &hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
+    let reply = |status, body: String| {
+        hyper::Response::builder()
+            .status(status)
+            .header(
+                hyper::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+            .body(Full::new(Bytes::from(body)))
+            .expect("a valid response")
+    };
+    if req.method() != Method::GET {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, String::new());
+    }
+    match req.uri().path() {
+        "/metrics" | "/" => reply(StatusCode::OK, render(registry)),
+        _ => reply(StatusCode::NOT_FOUND, String::new()),
+    }
 }
 
 /// Serves the endpoint until the task is dropped.
 pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
+    let registry = Arc::new(registry(Arc::clone(&ctx)));
+    let mut backoff = crate::server::AcceptBackoff::default();
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff.reset();
+                stream
+            }
+            Err(e) => {
+                backoff.wait(&ctx, "metrics", &e).await;
+                continue;
+            }
         };
-        let ctx = Arc::clone(&ctx);
+        let registry = Arc::clone(&registry);
         tokio::spawn(async move {
-            let mut head = [0u8; 4096];
-            // The request itself does not matter; read what arrived so the client sees a reply.
-            let _ = stream.read(&mut head).await;
-            let body = render(&ctx);
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
+            let service = hyper::service::service_fn(move |req| {
+                let response = respond(&registry, &req);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_lands_in_the_bucket_of_its_bound() {
+        let l = Latency::default();
+        l.observe(Family::Get, Duration::from_micros(10));
+        l.observe(Family::Get, Duration::from_micros(11));
+        l.observe(Family::Get, Duration::from_secs(10));
+        let b = &l.families[Family::Get as usize];
+        assert_eq!(b.counts[0].load(Relaxed), 1);
+        assert_eq!(b.counts[1].load(Relaxed), 1);
+        assert_eq!(b.counts[LATENCY_BOUNDS_S.len()].load(Relaxed), 1);
+        assert_eq!(l.families[Family::Set as usize].counts[0].load(Relaxed), 0);
     }
 }

@@ -4,6 +4,8 @@
 //!   run(listener) ── accept ──> try_acquire(permit) ──ok──> spawn connection::serve
 //!                                     └─ none left: "SERVER_ERROR Too many open connections",
 //!                                        close, count rejected_connections
+//!   accept error (EMFILE, ENFILE, ENOBUFS ...): count accept_errors, sleep 5 ms doubling up
+//!   to 1 s ([`AcceptBackoff`]); the pending connections wait in the backlog meanwhile
 //!   shutdown (SIGINT/SIGTERM): stop accepting ─> connections finish the batch in hand ─>
 //!   wait until every permit is back ─> return
 //! ```
@@ -33,17 +35,24 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         // A `flush_all <delay>` recovered from the log, still in the future.
         crate::cmd::flush::arm_timer(&ctx, at, ctx.now());
     }
+    let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
         };
         let (mut stream, peer) = match accepted {
-            Ok(a) => a,
+            Ok(a) => {
+                backoff.reset();
+                a
+            }
             Err(e) => {
-                // Out of file descriptors and the like: keep serving the others.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                // Out of file descriptors and the like: the listener stays readable, so an
+                // immediate retry would spin. Keep serving the open connections meanwhile.
+                tokio::select! {
+                    _ = backoff.wait(&ctx, "memcached", &e) => {}
+                    _ = shutdown.changed() => break,
+                }
                 continue;
             }
         };
@@ -75,6 +84,36 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     let _ = permits.acquire_many(max as u32).await;
     let _ = reclaim.await;
     let _ = checkpoints.await;
+}
+
+/// Waits after a failed accept: 5 ms, doubling up to 1 s while accepts keep failing, so that a
+/// process out of file descriptors neither spins nor takes long to resume once some close.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    /// The next wait; zero after a successful accept.
+    delay: Duration,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(5);
+    const MOST: Duration = Duration::from_secs(1);
+
+    /// A successful accept: the next failure waits [`Self::FIRST`] again.
+    pub fn reset(&mut self) {
+        self.delay = Duration::ZERO;
+    }
+
+    /// Counts the failure, logs the first of a run, and sleeps.
+    pub async fn wait(&mut self, ctx: &Ctx, listener: &str, e: &std::io::Error) {
+        bump(&ctx.counters.accept_errors);
+        if self.delay.is_zero() {
+            tracing::warn!("{listener} accept failed, backing off: {e}");
+            self.delay = Self::FIRST;
+        } else {
+            self.delay = (self.delay * 2).min(Self::MOST);
+        }
+        tokio::time::sleep(self.delay).await;
+    }
 }
 
 /// Takes a checkpoint whenever the ARCUS rule says one is due (checked every second).
@@ -110,12 +149,16 @@ async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-pub async fn shutdown_signal() {
+/// Installs the SIGINT and SIGTERM handlers now (call it inside the runtime), and returns a
+/// future that resolves when either arrives.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }

@@ -246,10 +246,12 @@ fn prometheus_endpoint_serves_counters() {
     let server = Server::start(&["--metrics-addr", &addr.to_string()]);
     golden(&mut server.connect(), &[("get nope\r\n", "END\r\n")]);
     let mut http = TcpStream::connect(addr).unwrap();
-    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nhost: cairn\r\nconnection: close\r\n\r\n")
+        .unwrap();
     let mut body = String::new();
     http.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
     assert!(body.contains("# HELP cairn_get_misses "), "{body}");
-    assert!(body.contains("\ncairn_get_misses 1\n"), "{body}");
+    // A counter, by Prometheus conventions: the sample ends in _total.
+    assert!(body.contains("\ncairn_get_misses_total 1\n"), "{body}");
 }

@@ -200,7 +200,7 @@ impl WalError {
 }
 
 /// Figures for `stats` and the benchmark.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LogStats {
     /// fdatasync calls made.
     pub fsync_count: u64,
@@ -228,6 +228,11 @@ pub struct LogStats {
     pub log_bytes: u64,
     /// The failure that poisoned the log, if any.
     pub poisoned: Option<String>,
+    /// Every batch's write + fdatasync latency in microseconds (the server's Prometheus
+    /// histogram is read from it).
+    pub fsync_latency_us: hdrhistogram::Histogram<u64>,
+    /// Bytes of every batch written (group-commit batch size).
+    pub batch_bytes: hdrhistogram::Histogram<u64>,
 }
 
 /// Called by the syncer after every batch with the new durable LSN, or with the error that
@@ -310,6 +315,8 @@ struct State {
     segments: Vec<(Lsn, PathBuf)>,
     /// Latency of each fdatasync in microseconds.
     fsync_us: hdrhistogram::Histogram<u64>,
+    /// Bytes of each batch written.
+    batch_bytes: hdrhistogram::Histogram<u64>,
     bytes_written: u64,
     /// See [`LogStats::backpressure_waits`].
     backpressure_waits: u64,
@@ -539,6 +546,8 @@ impl Log {
                 poisoned: None,
                 closing: false,
                 segments,
+                batch_bytes: hdrhistogram::Histogram::new_with_bounds(1, 1 << 40, 2)
+                    .expect("histogram bounds"),
                 fsync_us: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 2)
                     .expect("valid bounds"),
                 bytes_written: 0,
@@ -851,6 +860,8 @@ impl Log {
             segments: st.segments.len(),
             log_bytes: st.segments.len() as u64 * self.shared.opts.segment_bytes,
             poisoned: st.poisoned.as_ref().map(|e| e.to_string()),
+            fsync_latency_us: st.fsync_us.clone(),
+            batch_bytes: st.batch_bytes.clone(),
         }
     }
 
@@ -1050,6 +1061,7 @@ impl Shared {
                         let room = 2usize.saturating_sub(st.free_buffers.len());
                         st.free_buffers.extend(emptied.into_iter().take(room));
                         let _ = st.fsync_us.record(took_us.max(1));
+                        let _ = st.batch_bytes.record((bytes as u64).max(1));
                         self.durable_lsn.store(last, Ordering::Release);
                     }
                     self.waiters.wake_some(last);

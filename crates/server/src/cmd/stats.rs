@@ -1,4 +1,7 @@
-//! stats, stats settings, stats items, stats slabs, stats reset.
+//! stats, stats settings, stats items, stats slabs, stats persistence, stats reset.
+//!
+//! The general and persistence blocks come from the one list in `crate::stats`, which the
+//! Prometheus endpoint reads too.
 //!
 //! Field names are memcached's so existing dashboards read them. cairn has no slab classes;
 //! `stats items` and `stats slabs` report the whole store as class 1.
@@ -7,64 +10,19 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use cairn_proto::encode::stat;
 
-use crate::stats::COUNTERS;
+use crate::stats::Reading;
 use crate::Ctx;
 
-/// Seconds of user and system CPU this process used, from /proc/self/stat.
-pub fn cpu_seconds() -> (f64, f64) {
-    let Ok(text) = std::fs::read_to_string("/proc/self/stat") else {
-        return (0.0, 0.0);
-    };
-    // Fields after the ")" that ends the command name: utime is the 12th, stime the 13th.
-    let Some(rest) = text.rsplit_once(')').map(|(_, r)| r) else {
-        return (0.0, 0.0);
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 100.0
-    };
-    (ticks(11), ticks(12))
-}
-
-/// Resident set size in bytes, from /proc/self/statm.
-pub fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+/// Appends readings as `STAT name value` lines.
+fn lines(out: &mut Vec<u8>, readings: &[Reading]) {
+    for r in readings {
+        stat(out, r.name, &r.value);
+    }
 }
 
 /// Appends the general `stats` block (without `END`).
 pub fn general(ctx: &Ctx, out: &mut Vec<u8>) {
-    let s = ctx.store.stats();
-    let (user, sys) = cpu_seconds();
-    stat(out, "pid", std::process::id());
-    stat(out, "uptime", ctx.started.elapsed().as_secs());
-    stat(out, "time", ctx.now());
-    stat(out, "version", crate::VERSION);
-    stat(out, "pointer_size", usize::BITS);
-    stat(out, "rusage_user", format!("{user:.6}"));
-    stat(out, "rusage_system", format!("{sys:.6}"));
-    stat(out, "max_connections", ctx.config.max_connections);
-    stat(out, "curr_connections", ctx.curr_connections.load(Relaxed));
-    for (name, _, read) in COUNTERS {
-        stat(out, name, read(&ctx.counters));
-    }
-    stat(out, "limit_maxbytes", s.limit_maxbytes);
-    stat(out, "threads", ctx.config.worker_threads());
-    stat(out, "bytes", s.bytes);
-    stat(out, "curr_items", s.curr_items);
-    stat(out, "total_items", s.total_items);
-    stat(out, "expired_unfetched", s.expired_unfetched);
-    stat(out, "evicted_unfetched", s.evicted_unfetched);
-    stat(out, "evictions", s.evictions);
-    stat(out, "reclaimed", s.reclaimed);
-    stat(out, "memory_used_bytes", s.memory_used_bytes);
-    stat(out, "rss_bytes", rss_bytes());
+    lines(out, &crate::stats::general(ctx));
 }
 
 /// Answers `stats [group]`.
@@ -90,17 +48,7 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             stat(out, "output_buffer_max", c.output_buffer_max);
             stat(out, "persistence", ctx.mode().name());
         }
-        Some("persistence") => match &ctx.persist {
-            Some(p) => {
-                for (name, value) in p.stats() {
-                    stat(out, name, value);
-                }
-            }
-            None => {
-                stat(out, "use_persistence", "off");
-                stat(out, "mode", "off");
-            }
-        },
+        Some("persistence") => lines(out, &crate::stats::persistence(ctx)),
         Some("items") => {
             let s = ctx.store.stats();
             stat(out, "items:1:number", s.curr_items);
