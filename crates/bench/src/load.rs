@@ -79,14 +79,21 @@ pub struct Second {
     pub latency_us_max: u64,
 }
 
-/// What a run measured.
+/// The highest share of error replies a run may have and still count (0.1%): past it, the
+/// figures measure the errors, not the server.
+pub const MAX_ERROR_RATE: f64 = 0.001;
+
+/// What a run measured. `sets` and `gets` count successful replies only; an error reply
+/// (`ERROR`, `CLIENT_ERROR`, `SERVER_ERROR`, Redis `-ERR`) counts in `set_errors` /
+/// `get_errors` instead, and in no latency histogram.
 pub struct LoadResult {
     pub secs: f64,
     pub sets: u64,
     pub gets: u64,
     pub hits: u64,
     pub misses: u64,
-    pub errors: u64,
+    pub set_errors: u64,
+    pub get_errors: u64,
     pub verify_failures: u64,
     pub set_latency: Histogram<u64>,
     pub get_latency: Histogram<u64>,
@@ -97,13 +104,53 @@ pub struct LoadResult {
 }
 
 impl LoadResult {
+    /// Successful operations.
     pub fn ops(&self) -> u64 {
         self.sets + self.gets
+    }
+
+    /// Error replies.
+    pub fn errors(&self) -> u64 {
+        self.set_errors + self.get_errors
+    }
+
+    /// Error replies over all replies (0 when there were none).
+    pub fn error_rate(&self) -> f64 {
+        error_rate(self.errors(), self.ops())
+    }
+
+    /// Refuses a run whose error rate passes [`MAX_ERROR_RATE`].
+    pub fn check_errors(&self) -> Result<(), String> {
+        check_error_rate(self.errors(), self.ops())
     }
 
     pub fn ops_per_sec(&self) -> f64 {
         self.ops() as f64 / self.secs
     }
+}
+
+/// `errors` over all replies, `errors + ops` (0 when there were none).
+pub fn error_rate(errors: u64, ops: u64) -> f64 {
+    let replies = errors + ops;
+    if replies == 0 {
+        0.0
+    } else {
+        errors as f64 / replies as f64
+    }
+}
+
+/// Err naming the rate when it passes [`MAX_ERROR_RATE`].
+pub fn check_error_rate(errors: u64, ops: u64) -> Result<(), String> {
+    let rate = error_rate(errors, ops);
+    if rate > MAX_ERROR_RATE {
+        return Err(format!(
+            "{errors} error replies out of {} ({:.3}%, above the {:.1}% allowed): the figures are not valid",
+            errors + ops,
+            rate * 100.0,
+            MAX_ERROR_RATE * 100.0
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Default)]
@@ -112,7 +159,8 @@ struct Counters {
     gets: u64,
     hits: u64,
     misses: u64,
-    errors: u64,
+    set_errors: u64,
+    get_errors: u64,
     verify_failures: u64,
 }
 
@@ -300,7 +348,8 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadResult, String> {
         gets: 0,
         hits: 0,
         misses: 0,
-        errors: 0,
+        set_errors: 0,
+        get_errors: 0,
         verify_failures: 0,
         set_latency: histogram(),
         get_latency: histogram(),
@@ -316,7 +365,8 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadResult, String> {
         out.gets += st.c.gets;
         out.hits += st.c.hits;
         out.misses += st.c.misses;
-        out.errors += st.c.errors;
+        out.set_errors += st.c.set_errors;
+        out.get_errors += st.c.get_errors;
         out.verify_failures += st.c.verify_failures;
         out.set_latency.add(&st.set).map_err(|e| e.to_string())?;
         out.get_latency.add(&st.get).map_err(|e| e.to_string())?;
@@ -485,7 +535,9 @@ async fn client(
                     let now = Instant::now();
                     let (is_set, k, _, intended) = inflight[next];
                     let mut st = stats.borrow_mut();
-                    st.record(is_set, now - intended, now);
+                    if !matches!(reply, Reply::Error) {
+                        st.record(is_set, now - intended, now);
+                    }
                     match reply {
                         Reply::Stored => st.c.sets += 1,
                         Reply::Hit(r) => {
@@ -503,14 +555,8 @@ async fn client(
                             st.c.gets += 1;
                             st.c.misses += 1;
                         }
-                        Reply::Error => {
-                            st.c.errors += 1;
-                            if is_set {
-                                st.c.sets += 1
-                            } else {
-                                st.c.gets += 1
-                            }
-                        }
+                        Reply::Error if is_set => st.c.set_errors += 1,
+                        Reply::Error => st.c.get_errors += 1,
                     }
                     used += n;
                     next += 1;

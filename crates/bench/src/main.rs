@@ -166,25 +166,40 @@ fn percentiles(s: &str) -> Result<Vec<f64>, String> {
 pub fn print_result(r: &LoadResult, pcts: &[f64]) {
     let ms = |us: u64| us as f64 / 1000.0;
     print!(
-        "{:<8} {:>12} {:>12} {:>12} {:>12}",
-        "Type", "Ops/sec", "Hits/sec", "Misses/sec", "Avg. ms"
+        "{:<8} {:>12} {:>12} {:>12} {:>10} {:>12}",
+        "Type", "Ops/sec", "Hits/sec", "Misses/sec", "Errors", "Avg. ms"
     );
     for p in pcts {
         print!(" {:>10}", format!("p{p} ms"));
     }
     println!();
     let rows = [
-        ("Sets", r.sets, &r.set_latency, 0, 0),
-        ("Gets", r.gets, &r.get_latency, r.hits, r.misses),
-        ("Totals", r.ops(), &r.all_latency, r.hits, r.misses),
+        ("Sets", r.sets, &r.set_latency, 0, 0, r.set_errors),
+        (
+            "Gets",
+            r.gets,
+            &r.get_latency,
+            r.hits,
+            r.misses,
+            r.get_errors,
+        ),
+        (
+            "Totals",
+            r.ops(),
+            &r.all_latency,
+            r.hits,
+            r.misses,
+            r.errors(),
+        ),
     ];
-    for (name, n, h, hits, misses) in rows {
+    for (name, n, h, hits, misses, errors) in rows {
         print!(
-            "{:<8} {:>12.0} {:>12.0} {:>12.0} {:>12.3}",
+            "{:<8} {:>12.0} {:>12.0} {:>12.0} {:>10} {:>12.3}",
             name,
             n as f64 / r.secs,
             hits as f64 / r.secs,
             misses as f64 / r.secs,
+            errors,
             h.mean() / 1000.0
         );
         for p in pcts {
@@ -193,8 +208,9 @@ pub fn print_result(r: &LoadResult, pcts: &[f64]) {
         println!();
     }
     println!(
-        "errors {} verify_failures {}; {:.1} s; load generator CPU {:.2} s ({:.0}% of one core)",
-        r.errors,
+        "errors {} ({:.3}% of replies) verify_failures {}; {:.1} s; load generator CPU {:.2} s ({:.0}% of one core)",
+        r.errors(),
+        r.error_rate() * 100.0,
         r.verify_failures,
         r.secs,
         r.cpu_secs,
@@ -220,7 +236,8 @@ pub fn result_json(r: &LoadResult, pcts: &[f64]) -> serde_json::Value {
         "seconds": r.secs,
         "ops_per_sec": r.ops_per_sec(),
         "sets": r.sets, "gets": r.gets, "hits": r.hits, "misses": r.misses,
-        "errors": r.errors, "verify_failures": r.verify_failures,
+        "errors": r.errors(), "set_errors": r.set_errors, "get_errors": r.get_errors,
+        "error_rate": r.error_rate(), "verify_failures": r.verify_failures,
         "latency": { "sets": hist(&r.set_latency), "gets": hist(&r.get_latency), "all": hist(&r.all_latency) },
         "load_generator_cpu_seconds": r.cpu_secs,
         "timeline": r.timeline.iter().map(|s| serde_json::json!({
@@ -258,7 +275,7 @@ fn main() -> ExitCode {
         if r.verify_failures > 0 {
             return Err(format!("{} values did not verify", r.verify_failures));
         }
-        Ok(())
+        r.check_errors()
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -258,6 +258,7 @@ mod tests {
             p99_ms: 0.0,
             p999_ms: 0.0,
             errors: 0,
+            error_rate: 0.0,
             server_cpu_secs: 0.0,
             load_generator_cpu_secs: 0.0,
             secs: 0.0,

@@ -378,7 +378,10 @@ pub struct Row {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// Error replies, not counted in `ops_per_sec` nor in the latencies.
     pub errors: u64,
+    /// `errors` over all replies.
+    pub error_rate: f64,
     pub server_cpu_secs: f64,
     pub load_generator_cpu_secs: f64,
     pub secs: f64,
@@ -511,7 +514,8 @@ fn measure(
             p95_ms: ms(95.0),
             p99_ms: ms(99.0),
             p999_ms: ms(99.9),
-            errors: r.errors,
+            errors: r.errors(),
+            error_rate: r.error_rate(),
             server_cpu_secs: cpu,
             load_generator_cpu_secs: r.cpu_secs,
             secs: r.secs,
@@ -631,6 +635,9 @@ pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
         let max = ops.iter().cloned().fold(0.0, f64::max);
         let mut row = group[0].clone();
         row.ops_per_sec = pick(|r| r.ops_per_sec);
+        // Errors add up over repeats; the rate is the worst repeat's.
+        row.errors = group.iter().map(|r| r.errors).sum();
+        row.error_rate = group.iter().map(|r| r.error_rate).fold(0.0, f64::max);
         row.avg_ms = pick(|r| r.avg_ms);
         row.p50_ms = pick(|r| r.p50_ms);
         row.p90_ms = pick(|r| r.p90_ms);
@@ -649,8 +656,8 @@ pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
 /// The markdown table.
 pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
     let mut s = String::new();
-    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | load gen CPU s | RSS after insert MiB | bytes/item |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | load gen CPU s | RSS after insert MiB | bytes/item | errors |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut scenarios: Vec<&str> = Vec::new();
     for (r, _, _) in summary {
         if !scenarios.contains(&r.scenario.as_str()) {
@@ -665,9 +672,9 @@ pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
                 "-".into()
             };
             s.push_str(&format!(
-                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.0} | {:.0} |\n",
+                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.0} | {:.0} | {} |\n",
                 r.scenario, r.target, r.ops_per_sec, spread, r.avg_ms, r.p50_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms,
-                r.server_cpu_secs, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item
+                r.server_cpu_secs, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item, r.errors
             ));
         }
     }
@@ -726,5 +733,26 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
         "wrote {}/results.md, results.json, throughput.svg, latency.svg, timeline.svg",
         args.out_dir.display()
     );
+    // The report is written either way, so that the errors can be seen; the run fails.
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.error_rate > crate::load::MAX_ERROR_RATE)
+        .map(|r| {
+            format!(
+                "{} / {} (repeat {}): {:.3}% errors",
+                r.target,
+                r.scenario,
+                r.repeat,
+                r.error_rate * 100.0
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        return Err(format!(
+            "error rate above {:.1}%: {}",
+            crate::load::MAX_ERROR_RATE * 100.0,
+            failed.join("; ")
+        ));
+    }
     Ok(())
 }
