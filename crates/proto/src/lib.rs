@@ -188,11 +188,46 @@ pub enum Request {
     Quit,
     /// mg/ms/md/ma/mn/me.
     Meta(MetaRequest),
+    /// `shutdown [graceful]` (only with memcached's `-A`).
+    Shutdown {
+        mode: ShutdownMode,
+    },
+    /// `cache_memlimit <megabytes> [noreply]`: change the memory limit while serving.
+    CacheMemlimit {
+        megabytes: u64,
+        noreply: bool,
+    },
+    /// `lru_crawler ...`.
+    LruCrawler(Crawler),
     /// Server administration lines the core protocol does not define (`config ...`,
     /// `checkpoint`, ...): the command word and its arguments, for the server to answer.
     Admin {
         words: Vec<String>,
     },
+}
+
+/// How `shutdown` was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// `shutdown`.
+    Now,
+    /// `shutdown graceful`.
+    Graceful,
+    /// Another word: `CLIENT_ERROR invalid shutdown mode` once shutdown is allowed at all.
+    Invalid,
+}
+
+/// The `lru_crawler` subcommands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crawler {
+    /// `lru_crawler metadump <classes|all|hash>`: one line per item. cairn's items are all in
+    /// class 1, so `dump` is whether the class list names it.
+    Metadump { dump: bool },
+    /// `lru_crawler crawl <classes|all>`: reclaim expired items now.
+    Crawl,
+    /// `lru_crawler sleep N | tocrawl N | enable | disable`: crawler tuning; cairn's background
+    /// reclaim has its own pace, so these are accepted and change nothing.
+    Tune,
 }
 
 /// What kind of error line a bad request gets.
@@ -207,6 +242,9 @@ pub enum ErrorKind {
     /// `SERVER_ERROR object too large for cache`.
     #[error("SERVER_ERROR object too large for cache")]
     TooLarge,
+    /// Another reply line memcached uses for this error (`BADCLASS invalid class id`).
+    #[error("{0}")]
+    Reply(&'static str),
 }
 
 /// A request that cannot be answered normally. The caller sends `kind` as a line (unless

@@ -277,6 +277,68 @@ fn other_commands() {
 }
 
 #[test]
+fn admin_lines_memcached_knows() {
+    let mode = |line: &[u8]| match ok(line).0 {
+        Request::Shutdown { mode } => mode,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(mode(b"shutdown\r\n"), ShutdownMode::Now);
+    assert_eq!(mode(b"shutdown graceful\r\n"), ShutdownMode::Graceful);
+    assert_eq!(mode(b"shutdown x\r\n"), ShutdownMode::Invalid);
+    assert_eq!(
+        ok(b"cache_memlimit 100 noreply\r\n").0,
+        Request::CacheMemlimit {
+            megabytes: 100,
+            noreply: true
+        }
+    );
+    for bad in [
+        &b"cache_memlimit\r\n"[..],
+        b"cache_memlimit x\r\n",
+        b"cache_memlimit 1 2 3\r\n",
+    ] {
+        assert_eq!(err(bad).reply_line(), "ERROR");
+    }
+    let crawler = |line: &[u8]| match ok(line).0 {
+        Request::LruCrawler(c) => c,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        crawler(b"lru_crawler metadump all\r\n"),
+        Crawler::Metadump { dump: true }
+    );
+    assert_eq!(
+        crawler(b"lru_crawler metadump hash\r\n"),
+        Crawler::Metadump { dump: true }
+    );
+    assert_eq!(
+        crawler(b"lru_crawler metadump 2,1\r\n"),
+        Crawler::Metadump { dump: true }
+    );
+    assert_eq!(
+        crawler(b"lru_crawler metadump 2\r\n"),
+        Crawler::Metadump { dump: false }
+    );
+    assert_eq!(crawler(b"lru_crawler crawl all\r\n"), Crawler::Crawl);
+    assert_eq!(crawler(b"lru_crawler tocrawl 5\r\n"), Crawler::Tune);
+    for bad in [
+        &b"lru_crawler metadump 0\r\n"[..],
+        b"lru_crawler metadump 64\r\n",
+        b"lru_crawler metadump x\r\n",
+    ] {
+        assert_eq!(err(bad).reply_line(), "BADCLASS invalid class id");
+    }
+    for bad in [
+        &b"lru_crawler\r\n"[..],
+        b"lru_crawler metadump\r\n",
+        b"lru_crawler metadump all x\r\n",
+        b"lru_crawler bogus\r\n",
+    ] {
+        assert_eq!(err(bad).reply_line(), "ERROR");
+    }
+}
+
+#[test]
 fn long_lines_and_http_close_without_a_reply() {
     let limits = Limits::default();
     let e = parse(&[b'a'; 3000], &limits).expect_err("too long");

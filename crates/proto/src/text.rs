@@ -12,8 +12,8 @@
 //! wrong number of words is `ERROR`, answered even after `noreply`, as memcached does.
 
 use crate::{
-    key_is_valid, meta, ErrorKind, GetKind, KeyList, Limits, ProtocolError, Request, StoreKind,
-    MAX_DATA_LEN,
+    key_is_valid, meta, Crawler, ErrorKind, GetKind, KeyList, Limits, ProtocolError, Request,
+    ShutdownMode, StoreKind, MAX_DATA_LEN,
 };
 
 /// Splits one line into words on spaces (memcached's tokenizer), ignoring empty words.
@@ -122,6 +122,15 @@ pub(crate) fn parse(
         b"version" => Request::Version,
         b"quit" => Request::Quit,
         b"verbosity" => verbosity(&args, line_len)?,
+        b"shutdown" => Request::Shutdown {
+            mode: match args.as_slice() {
+                [] => ShutdownMode::Now,
+                [b"graceful"] => ShutdownMode::Graceful,
+                _ => ShutdownMode::Invalid,
+            },
+        },
+        b"cache_memlimit" => cache_memlimit(&args, line_len)?,
+        b"lru_crawler" => lru_crawler(&args, line_len)?,
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
             return meta::parse(cmd, &args, buf, line_len, limits)
         }
@@ -363,4 +372,43 @@ fn verbosity(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> 
     let noreply = ends_in_noreply(args);
     let level = parse_u32(args[0]).ok_or_else(|| bad_format(line_len).quiet_if(noreply))?;
     Ok(Request::Verbosity { level, noreply })
+}
+
+/// cache_memlimit `<megabytes> [noreply]` (the range is the server's to check).
+fn cache_memlimit(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+    let noreply = ends_in_noreply(args);
+    match args {
+        [mb] | [mb, _] => match parse_u64(mb) {
+            Some(megabytes) => Ok(Request::CacheMemlimit { megabytes, noreply }),
+            None => Err(ProtocolError::unknown(line_len)),
+        },
+        _ => Err(ProtocolError::unknown(line_len)),
+    }
+}
+
+/// lru_crawler `metadump|crawl <classes>`, `sleep|tocrawl <n>`, `enable|disable`.
+fn lru_crawler(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+    let crawler = match args {
+        [b"metadump", b"all" | b"hash"] => Crawler::Metadump { dump: true },
+        [b"metadump", ids] => Crawler::Metadump {
+            dump: slab_classes(ids, line_len)?.contains(&1),
+        },
+        [b"crawl", b"all"] => Crawler::Crawl,
+        [b"crawl", ids] => {
+            slab_classes(ids, line_len)?;
+            Crawler::Crawl
+        }
+        [b"sleep" | b"tocrawl", n] if parse_u32(n).is_some() => Crawler::Tune,
+        [b"enable" | b"disable"] => Crawler::Tune,
+        _ => return Err(ProtocolError::unknown(line_len)),
+    };
+    Ok(Request::LruCrawler(crawler))
+}
+
+/// A comma-separated list of memcached slab class ids (1 to 63).
+fn slab_classes(word: &[u8], line_len: usize) -> Result<Vec<u32>, ProtocolError> {
+    word.split(|&b| b == b',')
+        .map(|id| parse_u32(id).filter(|id| (1..=63).contains(id)))
+        .collect::<Option<Vec<u32>>>()
+        .ok_or_else(|| ProtocolError::new(ErrorKind::Reply("BADCLASS invalid class id"), line_len))
 }

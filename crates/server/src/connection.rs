@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use cairn_persist::Mode;
-use cairn_proto::{parse, MetaCmd, Request};
+use cairn_proto::{parse, Crawler, MetaCmd, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -53,6 +53,7 @@ enum Stop {
 /// Serves one connection until the client closes, sends `quit`, or shutdown is signalled.
 pub async fn serve(ctx: Arc<Ctx>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
+    let registered = ctx.conns.open(&stream, ctx.now());
     let mut c = Conn {
         stream,
         input: Vec::with_capacity(READ_CHUNK),
@@ -65,6 +66,10 @@ pub async fn serve(ctx: Arc<Ctx>, stream: TcpStream, mut shutdown: watch::Receiv
             Ok(flow) => flow,
             Err(Stop::Closed) => return,
         };
+        // Waiting for the client from the moment the last reply can reach it.
+        if let Some(r) = &registered {
+            r.waiting();
+        }
         if !c.output.is_empty() && flush(&ctx, &mut c).await.is_err() {
             return;
         }
@@ -77,7 +82,12 @@ pub async fn serve(ctx: Arc<Ctx>, stream: TcpStream, mut shutdown: watch::Receiv
         tokio::select! {
             read = c.stream.read_buf(&mut c.input) => match read {
                 Ok(0) | Err(_) => return,
-                Ok(n) => add(&ctx.counters.bytes_read, n as u64),
+                Ok(n) => {
+                    add(&ctx.counters.bytes_read, n as u64);
+                    if let Some(r) = &registered {
+                        r.command(ctx.now());
+                    }
+                }
             },
             _ = shutdown.changed() => return,
         }
@@ -191,6 +201,17 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         c.output.extend_from_slice(b"MN\r\n");
                     }
                     Request::Admin { words } => cmd::admin::run(ctx, &words, &mut c.output).await,
+                    Request::LruCrawler(Crawler::Metadump { dump: true }) => {
+                        // Streamed shard by shard, flushing as the reply grows.
+                        let now = ctx.now();
+                        for shard in 0..ctx.store.shard_count() {
+                            cmd::crawler::metadump_shard(ctx, shard, now, &mut c.output);
+                            if c.output.len() >= ctx.config.output_buffer_max {
+                                flush(ctx, c).await?;
+                            }
+                        }
+                        c.output.extend_from_slice(b"END\r\n");
+                    }
                     request => {
                         let flow = cmd::execute(ctx, request, &mut c.output);
                         note_writes(c);

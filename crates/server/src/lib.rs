@@ -16,6 +16,7 @@
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod conns;
 pub mod durable;
 pub mod metrics;
 pub mod server;
@@ -53,6 +54,10 @@ pub struct Ctx {
     pub latency: metrics::Latency,
     /// Open client connections now.
     pub curr_connections: AtomicU64,
+    /// Every open socket, for `stats conns`.
+    pub conns: conns::Registry,
+    /// Woken by the `shutdown` command; the binary stops as on SIGTERM.
+    shutdown: tokio::sync::Notify,
     /// Current `verbosity` (settable by the `verbosity` command).
     pub verbosity: AtomicU8,
     /// Applies a new verbosity to the process's log filter (set by the binary; tests and
@@ -149,8 +154,20 @@ impl Ctx {
             started: Instant::now(),
             clock_ahead_secs: AtomicU32::new(0),
             log_level: OnceLock::new(),
+            conns: conns::Registry::default(),
+            shutdown: tokio::sync::Notify::new(),
             config,
         }))
+    }
+
+    /// Asks the server to stop (the `shutdown` command).
+    pub fn request_shutdown(&self) {
+        self.shutdown.notify_one();
+    }
+
+    /// Resolves once [`Ctx::request_shutdown`] was called (before or after).
+    pub async fn shutdown_requested(&self) {
+        self.shutdown.notified().await;
     }
 
     /// Installs what `verbosity N` calls to change the log level (once; later calls are ignored).

@@ -90,12 +90,12 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     }
     // Tests and scripts wait for this line to know the server is ready and where.
     // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
-    let signal = server::shutdown_signal();
+    let signal = server::shutdown_signal(Arc::clone(&ctx));
     println!("cairn listening on {local}");
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         signal.await;
-        tracing::info!("signal received");
+        tracing::info!("stopping");
         let _ = tx.send(true);
     });
     server::run(Arc::clone(&ctx), listener, rx).await;

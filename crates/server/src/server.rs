@@ -29,6 +29,7 @@ const RECLAIM_BATCH: usize = 10_000;
 pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
     let max = ctx.config.max_connections;
     let permits = Arc::new(Semaphore::new(max));
+    ctx.conns.listening(&listener, ctx.now());
     let reclaim = tokio::spawn(reclaim_loop(Arc::clone(&ctx), shutdown.clone()));
     let checkpoints = tokio::spawn(checkpoint_loop(Arc::clone(&ctx), shutdown.clone()));
     if let Some(at) = ctx.store.scheduled_flush() {
@@ -149,16 +150,20 @@ async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// Installs the SIGINT and SIGTERM handlers now (call it inside the runtime), and returns a
-/// future that resolves when either arrives.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+/// Installs the SIGINT, SIGTERM and SIGUSR1 (memcached's graceful stop) handlers now (call it
+/// inside the runtime), and returns a future that resolves when one arrives or a client sends
+/// `shutdown` (allowed by `-A`).
+pub fn shutdown_signal(ctx: Arc<Ctx>) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    let mut usr1 = signal(SignalKind::user_defined1()).expect("install SIGUSR1 handler");
     async move {
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
+            _ = usr1.recv() => {}
+            _ = ctx.shutdown_requested() => {}
         }
     }
 }

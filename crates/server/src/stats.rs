@@ -135,7 +135,7 @@ pub fn general(ctx: &Ctx) -> Vec<Reading> {
     r.text(
         "time",
         "The server's clock, Unix seconds.",
-        crate::now_unix().to_string(),
+        ctx.now().to_string(),
     );
     r.text("version", "Server version.", crate::VERSION);
     r.gauge("pointer_size", "Bits of a pointer.", usize::BITS.into());

@@ -92,3 +92,75 @@ fn memccapable_ascii_suite() {
         "memccapable reported a failure:\n{text}"
     );
 }
+
+/// Debian's memcached-tool (in the memcached package), against cairn: `display`, `stats`,
+/// `settings`, `dump` and `keys`. Skipped with a note where it is not installed, except under
+/// CI, where .ci/run installs it.
+#[test]
+fn memcached_tool_reads_cairn() {
+    const TOOL: &str = "/usr/share/memcached/scripts/memcached-tool";
+    if !std::path::Path::new(TOOL).exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "memcached-tool missing under CI"
+        );
+        eprintln!("memcached-tool not installed: skipped (apt-get install memcached)");
+        return;
+    }
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    common::golden(
+        &mut c,
+        &[
+            ("set plain 5 0 3\r\nabc\r\n", "STORED\r\n"),
+            ("set timed 0 2000000000 2\r\nxy\r\n", "STORED\r\n"),
+            ("set odd%20key 7 0 1\r\nz\r\n", "STORED\r\n"),
+        ],
+    );
+    let run = |mode: &str| -> String {
+        let out = Command::new("perl")
+            .args([TOOL, &server.addr.to_string(), mode])
+            .output()
+            .expect("run memcached-tool");
+        assert!(out.status.success(), "{mode}: {out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let display = run("display");
+    assert!(
+        display.contains("Item_Size  Max_age   Pages   Count"),
+        "{display}"
+    );
+    let row: Vec<&str> = display
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no class 1 row: {display}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[4], "3", "Count: {display}");
+    let stats = run("stats");
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.split_whitespace().eq(["curr_items", "3"])),
+        "{stats}"
+    );
+    let settings = run("settings");
+    assert!(
+        settings
+            .lines()
+            .any(|l| l.split_whitespace().eq(["item_size_max", "1048576"])),
+        "{settings}"
+    );
+    // dump: an `add` line per item with its flags and expiry, then the value.
+    let dump = run("dump");
+    for item in [
+        "add plain 5 0 3\r\nabc\r\n",
+        "add timed 0 2000000000 2\r\nxy\r\n",
+        "add odd%20key 7 0 1\r\nz\r\n",
+    ] {
+        assert!(dump.contains(item), "{item:?} not in {dump:?}");
+    }
+    assert_eq!(dump.matches("add ").count(), 3, "{dump:?}");
+    let keys = run("keys");
+    assert!(keys.contains("key=odd%2520key exp=-1 "), "{keys}");
+}

@@ -152,6 +152,11 @@ pub struct StoreStats {
     pub flash_promotions: u64,
     /// RAM held by the flash entries of the index (slots + control bytes).
     pub flash_index_bytes: u64,
+    /// RAM segments in use (memcached's `total_pages` of its one slab class here).
+    pub segments: u64,
+    /// Creation time of the oldest RAM segment (0 if none): the oldest item is about this old
+    /// (memcached's `items:N:age`).
+    pub oldest_segment_created: UnixSecs,
 }
 
 /// The cache. Cheap to share behind an `Arc`; all methods take `&self`.
@@ -162,6 +167,8 @@ pub struct Store {
     shards: Box<[Mutex<Shard>]>,
     /// Hashes keys for shard choice and the index (seeded, see [`StoreConfig::hash_seed`]).
     hasher: foldhash::fast::FixedState,
+    /// The memory limit in force: `config.memory_limit_bytes` until `cache_memlimit` changes it.
+    memory_limit_bytes: AtomicU64,
     /// The last CAS unique handed out.
     cas: AtomicU64,
     /// Observer of client-visible mutations (persistence), if any.
@@ -208,6 +215,7 @@ impl Store {
             h.finish()
         });
         Store {
+            memory_limit_bytes: AtomicU64::new(config.memory_limit_bytes),
             config,
             shards,
             hasher: foldhash::fast::FixedState::with_seed(seed),
@@ -536,7 +544,7 @@ impl Store {
 
     pub fn stats(&self) -> StoreStats {
         let mut s = StoreStats {
-            limit_maxbytes: self.config.memory_limit_bytes,
+            limit_maxbytes: self.memory_limit_bytes.load(Ordering::Relaxed),
             ..StoreStats::default()
         };
         for shard in self.shards.iter() {
@@ -545,9 +553,40 @@ impl Store {
         s
     }
 
-    /// The settings this store was built with.
+    /// The settings this store was built with (the memory limit may have changed since: see
+    /// [`Store::set_memory_limit`]).
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// The smallest limit [`Store::set_memory_limit`] can keep: two segments (or two of the
+    /// largest items) per shard, one being written and one to evict.
+    pub fn min_memory_limit(&self) -> u64 {
+        let per_shard = 2 * segment::SEGMENT_SIZE.max(self.config.item_size_max_bytes) as u64;
+        per_shard * self.shards.len() as u64
+    }
+
+    /// Changes the memory limit while serving (memcached's `cache_memlimit`): each shard gets
+    /// its share. A smaller limit evicts at once, shard by shard, down to the new share (with
+    /// evictions off, `-M`, new stores are refused until deletes make room); each shard keeps at
+    /// least the segment it is writing to, so a limit below one segment per shard is not met.
+    /// The shard count stays the one chosen at start.
+    pub fn set_memory_limit(&self, bytes: u64, now: UnixSecs) {
+        self.memory_limit_bytes.store(bytes, Ordering::Relaxed);
+        let budget = (bytes / self.shards.len() as u64) as usize;
+        let hash_of = |k: &[u8]| self.hash(k);
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            shard.budget = budget;
+            if self.config.evict_when_full {
+                shard.shrink_to_budget(now, &hash_of);
+            }
+        }
+    }
+
+    /// Bytes an item takes in a segment (memcached's `size=` of metadump and `stats sizes`).
+    pub fn item_bytes(key: &[u8], value: &[u8], meta: &ItemMeta) -> usize {
+        shard::needed(key, value.len(), meta.flags, meta.exptime)
     }
 
     /// Number of shards in use (fewer than configured when memory is small).

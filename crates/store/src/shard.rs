@@ -209,6 +209,14 @@ impl Shard {
         })
     }
 
+    /// Evicts old segments until the shard is within its budget again (after the budget
+    /// shrank); the head segment stays.
+    pub fn shrink_to_budget(&mut self, now: u32, hash_of: &dyn Fn(&[u8]) -> u64) {
+        while self.memory_used() > self.budget && self.fifo.len() > 1 {
+            self.evict_oldest(now, 0, hash_of);
+        }
+    }
+
     /// Empties and frees the oldest segment (never the head). Live items that were fetched
     /// since they were written get a second chance at the head while it keeps `reserve` free.
     fn evict_oldest(&mut self, now: u32, reserve: usize, hash_of: &dyn Fn(&[u8]) -> u64) {
@@ -475,6 +483,13 @@ impl Shard {
         s.flash_promotions += c.flash_promotions;
         s.flash_index_bytes += (self.flash.capacity() * INDEX_SLOT_BYTES) as u64;
         s.memory_used_bytes += self.memory_used() as u64;
+        s.segments += self.fifo.len() as u64;
+        if let Some(&oldest) = self.fifo.front() {
+            let created = self.seg(oldest).created;
+            if s.oldest_segment_created == 0 || created < s.oldest_segment_created {
+                s.oldest_segment_created = created;
+            }
+        }
     }
 }
 

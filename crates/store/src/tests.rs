@@ -229,6 +229,58 @@ fn last_access_is_the_items_own() {
 }
 
 #[test]
+fn the_memory_limit_changes_while_serving() {
+    let s = store(64);
+    let v = vec![7u8; 1000];
+    for i in 0..50_000u32 {
+        s.entry(format!("key{i}").as_bytes(), 1, |e| {
+            e.store(&[&v], 0, 0, None)
+        })
+        .unwrap();
+    }
+    let before = s.stats();
+    assert!(before.memory_used_bytes > 40 << 20, "{before:?}");
+    assert_eq!(
+        s.min_memory_limit(),
+        32 << 20,
+        "16 shards of two 1 MiB segments"
+    );
+    s.set_memory_limit(32 << 20, 2);
+    let after = s.stats();
+    assert_eq!(after.limit_maxbytes, 32 << 20);
+    assert!(after.memory_used_bytes <= 32 << 20, "{after:?}");
+    assert!(after.evictions > before.evictions);
+    assert!(value(&s, b"key49999", 2).is_some(), "the newest stay");
+    // Growing again lets the store fill up to the new limit.
+    s.set_memory_limit(128 << 20, 3);
+    for i in 0..100_000u32 {
+        s.entry(format!("more{i}").as_bytes(), 3, |e| {
+            e.store(&[&v], 0, 0, None)
+        })
+        .unwrap();
+    }
+    let grown = s.stats();
+    assert!(grown.memory_used_bytes > 64 << 20, "{grown:?}");
+    assert!(grown.memory_used_bytes <= 128 << 20, "{grown:?}");
+    assert_eq!(
+        Store::item_bytes(
+            b"k",
+            &v,
+            &ItemMeta {
+                flags: 0,
+                exptime: 0,
+                cas: 1,
+                last_access: 0,
+                fetched: false,
+                stale: false,
+                win_sent: false
+            }
+        ),
+        2 + 2 + 2 + 8 + 1 + 1000
+    );
+}
+
+#[test]
 fn a_second_chance_keeps_the_last_access() {
     let s = one_shard_8_mib();
     let v = vec![7u8; 1000];

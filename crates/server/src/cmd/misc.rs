@@ -1,4 +1,47 @@
-//! version.
+//! version, shutdown, cache_memlimit.
+
+use cairn_proto::ShutdownMode;
+
+use super::Flow;
+use crate::Ctx;
+
+/// `shutdown [graceful]`, allowed by `-A` as in memcached: the server stops as on SIGTERM
+/// (stops accepting, lets connections finish the requests in hand, checkpoints, exits 0), and
+/// this connection closes without a reply. `graceful` does the same: cairn's stop is graceful.
+pub fn shutdown(ctx: &Ctx, mode: ShutdownMode, out: &mut Vec<u8>) -> Flow {
+    if !ctx.config.enable_shutdown {
+        out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+        return Flow::Continue;
+    }
+    if mode == ShutdownMode::Invalid {
+        out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+        return Flow::Continue;
+    }
+    tracing::info!("shutdown command received");
+    ctx.request_shutdown();
+    Flow::Close
+}
+
+/// `cache_memlimit N`: the store's limit becomes N MiB while serving (until a restart, which
+/// takes `-m` again). An admin write: refused without `--enable-admin`.
+pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
+    if let Some(refused) = super::admin::refusal(ctx) {
+        return refused;
+    }
+    if megabytes < 8 {
+        return b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n";
+    }
+    if megabytes > 1_000_000_000 {
+        return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
+    }
+    let bytes = megabytes << 20;
+    if bytes < ctx.store.min_memory_limit() {
+        // Each shard keeps two segments (or two of the largest items); fewer is not kept.
+        return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
+    }
+    ctx.store.set_memory_limit(bytes, now);
+    b"OK\r\n"
+}
 
 /// `VERSION <v>`.
 pub fn version(out: &mut Vec<u8>) {

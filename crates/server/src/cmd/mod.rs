@@ -10,6 +10,7 @@
 
 pub mod admin;
 pub mod arith;
+pub mod crawler;
 pub mod delete;
 pub mod flush;
 pub mod get;
@@ -108,6 +109,24 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
         }
         Request::Quit => return Flow::Close,
         Request::Meta(m) => meta::meta(ctx, m, now, out),
+        Request::Shutdown { mode } => return misc::shutdown(ctx, mode, out),
+        Request::CacheMemlimit { megabytes, noreply } => {
+            let reply = misc::cache_memlimit(ctx, megabytes, now);
+            if !noreply {
+                out.extend_from_slice(reply);
+            }
+        }
+        Request::LruCrawler(cairn_proto::Crawler::Metadump { dump }) => {
+            // The connection streams a dump shard by shard; this is the empty one.
+            if dump {
+                for shard in 0..ctx.store.shard_count() {
+                    crawler::metadump_shard(ctx, shard, now, out);
+                }
+            }
+            out.extend_from_slice(b"END\r\n");
+        }
+        Request::LruCrawler(cairn_proto::Crawler::Crawl) => crawler::crawl(ctx, out),
+        Request::LruCrawler(cairn_proto::Crawler::Tune) => out.extend_from_slice(b"OK\r\n"),
         Request::Admin { .. } => {
             // Admin lines may block (a checkpoint); the connection runs them via admin::run.
             out.extend_from_slice(b"SERVER_ERROR admin commands are handled by the connection\r\n");
@@ -132,7 +151,10 @@ pub fn is_write(request: &Request) -> bool {
             cairn_proto::MetaCmd::Get => m.flags.new_ttl.is_some() || m.flags.vivify_ttl.is_some(),
             cairn_proto::MetaCmd::Noop | cairn_proto::MetaCmd::Debug => false,
         },
+        Request::CacheMemlimit { .. } => true,
         Request::Stats { .. }
+        | Request::Shutdown { .. }
+        | Request::LruCrawler(_)
         | Request::Version
         | Request::Verbosity { .. }
         | Request::Quit

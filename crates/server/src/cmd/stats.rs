@@ -1,10 +1,12 @@
-//! stats, stats settings, stats items, stats slabs, stats persistence, stats reset.
+//! stats, stats settings, stats items, stats slabs, stats sizes, stats conns,
+//! stats persistence, stats reset.
 //!
 //! The general and persistence blocks come from the one list in `crate::stats`, which the
 //! Prometheus endpoint reads too.
 //!
-//! Field names are memcached's so existing dashboards read them. cairn has no slab classes;
-//! `stats items` and `stats slabs` report the whole store as class 1.
+//! Field names are memcached's so existing dashboards and Debian's memcached-tool read them.
+//! cairn has no slab classes; `stats items` and `stats slabs` report the whole store as class 1,
+//! whose "pages" are the 1 MiB segments and whose "chunk size" is the average item's size.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -25,34 +27,99 @@ pub fn general(ctx: &Ctx, out: &mut Vec<u8>) {
     lines(out, &crate::stats::general(ctx));
 }
 
+/// `stats settings`: memcached's fields where cairn has the setting, then cairn's own.
+fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
+    let c = &ctx.config;
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    stat(out, "maxbytes", ctx.store.stats().limit_maxbytes);
+    stat(out, "maxconns", c.max_connections);
+    stat(out, "tcpport", c.port);
+    stat(out, "udpport", 0);
+    stat(out, "inter", &c.listen);
+    stat(out, "verbosity", ctx.verbosity.load(Relaxed));
+    stat(
+        out,
+        "evictions",
+        if c.disable_evictions { "off" } else { "on" },
+    );
+    stat(out, "domain_socket", "NULL");
+    stat(out, "shutdown_command", yes_no(c.enable_shutdown));
+    stat(out, "num_threads", c.worker_threads());
+    stat(out, "stat_key_prefix", ":");
+    stat(out, "detail_enabled", "no");
+    stat(out, "cas_enabled", "yes");
+    stat(out, "binding_protocol", "ascii");
+    stat(out, "auth_enabled_sasl", "no");
+    stat(out, "item_size_max", c.item_size_max);
+    // Connections past the limit are refused at once with an error, as memcached's default.
+    stat(out, "maxconns_fast", "yes");
+    stat(out, "lru_crawler", "yes");
+    stat(out, "flush_enabled", yes_no(!c.disable_flush_all));
+    stat(out, "dump_enabled", "yes");
+    stat(out, "idle_timeout", 0);
+    stat(out, "max_keys_per_get", c.max_keys_per_get);
+    stat(out, "output_buffer_max", c.output_buffer_max);
+    stat(out, "persistence", ctx.mode().name());
+    stat(out, "admin_enabled", yes_no(c.enable_admin));
+}
+
+/// `stats slabs`: the store as memcached's slab class 1 (see the module doc).
+fn slabs(ctx: &Ctx, out: &mut Vec<u8>) {
+    let s = ctx.store.stats();
+    let ram_items = s.curr_items.saturating_sub(s.flash_items);
+    let chunk_size = s.bytes.checked_div(ram_items).unwrap_or(0);
+    let per_page = (SEGMENT_BYTES).checked_div(chunk_size).unwrap_or(0);
+    let total_chunks = per_page * s.segments;
+    stat(out, "1:chunk_size", chunk_size);
+    stat(out, "1:chunks_per_page", per_page);
+    stat(out, "1:total_pages", s.segments);
+    stat(out, "1:total_chunks", total_chunks);
+    stat(out, "1:used_chunks", ram_items);
+    stat(out, "1:free_chunks", total_chunks.saturating_sub(ram_items));
+    stat(out, "1:free_chunks_end", 0);
+    stat(out, "1:mem_requested", s.bytes);
+    stat(out, "active_slabs", u64::from(s.segments > 0));
+    stat(out, "total_malloced", s.memory_used_bytes);
+}
+
+/// Bytes of one store segment (a memcached "page").
+const SEGMENT_BYTES: u64 = 1 << 20;
+
+/// `stats sizes`: how many items there are of each size, in 32-byte steps (memcached's
+/// buckets), counted by walking the store one shard at a time, as memcached 1.4 did.
+fn sizes(ctx: &Ctx, out: &mut Vec<u8>) {
+    let mut buckets = std::collections::BTreeMap::<u64, u64>::new();
+    let now = ctx.now();
+    for shard in 0..ctx.store.shard_count() {
+        ctx.store.visit_shard(shard, now, |key, value, meta| {
+            let size = cairn_store::Store::item_bytes(key, value, meta) as u64;
+            *buckets.entry(size.div_ceil(32) * 32).or_default() += 1;
+        });
+    }
+    for (size, count) in buckets {
+        stat(out, &size.to_string(), count);
+    }
+}
+
 /// Answers `stats [group]`.
 pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
-    let c = &ctx.config;
     match args.first().map(String::as_str) {
         None => general(ctx, out),
-        Some("settings") => {
-            stat(out, "maxbytes", c.memory_limit_mb << 20);
-            stat(out, "maxconns", c.max_connections);
-            stat(out, "tcpport", c.port);
-            stat(out, "interface", &c.listen);
-            stat(out, "verbosity", ctx.verbosity.load(Relaxed));
-            stat(
-                out,
-                "evictions",
-                if c.disable_evictions { "off" } else { "on" },
-            );
-            stat(out, "num_threads", c.worker_threads());
-            stat(out, "cas_enabled", "yes");
-            stat(out, "item_size_max", c.item_size_max);
-            stat(out, "max_keys_per_get", c.max_keys_per_get);
-            stat(out, "output_buffer_max", c.output_buffer_max);
-            stat(out, "persistence", ctx.mode().name());
-        }
+        Some("settings") => settings(ctx, out),
+        Some("sizes") => sizes(ctx, out),
+        Some("conns") => ctx.conns.write_stats(ctx.now(), out),
         Some("persistence") => lines(out, &crate::stats::persistence(ctx)),
         Some("items") => {
             let s = ctx.store.stats();
+            let age = match s.oldest_segment_created {
+                0 => 0,
+                t => ctx.now().saturating_sub(t),
+            };
             stat(out, "items:1:number", s.curr_items);
+            stat(out, "items:1:age", age);
+            stat(out, "items:1:mem_requested", s.bytes);
             stat(out, "items:1:evicted", s.evictions);
+            stat(out, "items:1:evicted_time", 0);
             stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
             stat(out, "items:1:expired_unfetched", s.expired_unfetched);
             stat(out, "items:1:reclaimed", s.reclaimed);
@@ -62,13 +129,7 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
                 ctx.counters.store_no_memory.load(Relaxed),
             );
         }
-        Some("slabs") => {
-            let s = ctx.store.stats();
-            stat(out, "1:used_chunks", s.curr_items);
-            stat(out, "1:mem_requested", s.bytes);
-            stat(out, "active_slabs", 1);
-            stat(out, "total_malloced", s.memory_used_bytes);
-        }
+        Some("slabs") => slabs(ctx, out),
         Some("reset") if args.len() == 1 => {
             ctx.counters.reset();
             out.extend_from_slice(b"RESET\r\n");
