@@ -60,17 +60,21 @@ fn memcache_crate_text_protocol() {
     assert_eq!(client.get::<u64>("m1").unwrap(), None);
 }
 
-/// Runs every test of Debian's memccapable in ASCII mode. Skipped (with a note) where the tool
-/// is not installed, except under CI, where .ci/run installs it and its absence is a failure.
+/// Whether a tool nobody here wrote is installed. Where it is not, the test is skipped with a
+/// note, except under CI, where .ci/run installs it and its absence is a failure.
+fn installed(found: bool, tool: &str, package: &str) -> bool {
+    if !found {
+        assert!(std::env::var_os("CI").is_none(), "{tool} missing under CI");
+        eprintln!("{tool} not installed: skipped (apt-get install {package})");
+    }
+    found
+}
+
+/// Runs every test of Debian's memccapable in ASCII mode.
 #[test]
 fn memccapable_ascii_suite() {
     let found = Command::new("memccapable").arg("--help").output().is_ok();
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "memccapable missing under CI"
-        );
-        eprintln!("memccapable not installed: skipped (apt-get install libmemcached-tools)");
+    if !installed(found, "memccapable", "libmemcached-tools") {
         return;
     }
     let server = Server::start(&[]);
@@ -94,17 +98,11 @@ fn memccapable_ascii_suite() {
 }
 
 /// Debian's memcached-tool (in the memcached package), against cairn: `display`, `stats`,
-/// `settings`, `dump` and `keys`. Skipped with a note where it is not installed, except under
-/// CI, where .ci/run installs it.
+/// `settings`, `dump` and `keys`.
 #[test]
 fn memcached_tool_reads_cairn() {
     const TOOL: &str = "/usr/share/memcached/scripts/memcached-tool";
-    if !std::path::Path::new(TOOL).exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "memcached-tool missing under CI"
-        );
-        eprintln!("memcached-tool not installed: skipped (apt-get install memcached)");
+    if !installed(std::path::Path::new(TOOL).exists(), "memcached-tool", "memcached") {
         return;
     }
     let server = Server::start(&[]);
