@@ -9,6 +9,7 @@
 //! ```
 
 mod chart;
+mod flash;
 mod keys;
 mod load;
 mod report;

@@ -27,7 +27,7 @@ use crate::report::{self, CheckpointDip};
 
 #[derive(Debug, Parser)]
 pub struct SuiteArgs {
-    /// The scenario set (only `arcus` for now).
+    /// The scenario set: `arcus`, or `flash` (the fatcache seed's F1-F6, see flash.rs).
     #[arg(default_value = "arcus")]
     pub scenario: String,
     /// Keys inserted and then read (memtier-1 .. memtier-N).
@@ -72,6 +72,12 @@ pub struct SuiteArgs {
     pub recovery: bool,
     #[arg(long)]
     pub quiet: bool,
+    /// `flash`: the RAM limit (-m, MiB) of cairn with flash and of memcached with extstore.
+    #[arg(long, default_value_t = 256)]
+    pub ram_mb: u64,
+    /// `flash`: where the flash files go (default: the output folder); not tmpfs.
+    #[arg(long)]
+    pub flash_dir: Option<PathBuf>,
 }
 
 /// A server to measure.
@@ -132,13 +138,13 @@ impl Drop for Running {
     }
 }
 
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// Polls with a short backoff until the server answers (never a fixed sleep).
-fn wait_ready(port: u16, protocol: Protocol) -> Result<(), String> {
+pub(crate) fn wait_ready(port: u16, protocol: Protocol) -> Result<(), String> {
     let (probe, expect): (&[u8], &[u8]) = match protocol {
         Protocol::MemcacheText => (b"version\r\n", b"VERSION"),
         Protocol::Redis => (b"PING\r\n", b"+PONG"),
@@ -289,12 +295,20 @@ fn spawn_cairn(
 }
 
 /// `stats GROUP` over the memcached text protocol, as (name, value) pairs.
-fn memcache_stats(host: &str, port: u16, group: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn memcache_stats(
+    host: &str,
+    port: u16,
+    group: &str,
+) -> Result<Vec<(String, String)>, String> {
     let mut s = TcpStream::connect((host, port)).map_err(|e| format!("{host}:{port}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    s.write_all(format!("stats {group}\r\n").as_bytes())
-        .map_err(|e| e.to_string())?;
+    let line = if group.is_empty() {
+        "stats\r\n".to_string()
+    } else {
+        format!("stats {group}\r\n")
+    };
+    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for line in BufReader::new(s).lines() {
         let line = line.map_err(|e| format!("stats {group}: {e}"))?;
@@ -358,7 +372,7 @@ fn wait_ready_external(host: &str, port: u16, _p: Protocol) -> Result<(), String
         .map_err(|e| format!("{host}:{port}: {e}"))
 }
 
-fn rss_bytes(pid: &str) -> u64 {
+pub(crate) fn rss_bytes(pid: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/statm"))
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
@@ -682,9 +696,12 @@ pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
 }
 
 pub fn run(args: &SuiteArgs) -> Result<(), String> {
+    if args.scenario == "flash" {
+        return crate::flash::run(args);
+    }
     if args.scenario != "arcus" {
         return Err(format!(
-            "unknown scenario set {:?} (try arcus)",
+            "unknown scenario set {:?} (try arcus or flash)",
             args.scenario
         ));
     }

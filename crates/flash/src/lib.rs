@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cairn_store::{
     FlashFound, FlashLoc, FlashTier, Item, ItemMeta, Lookup, Promote, ReadOutcome, Reclaimed, Store,
@@ -216,6 +216,10 @@ pub struct Flash {
     store: OnceLock<Weak<Store>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stop: AtomicBool,
+    /// The device kept an earlier tier's superblock: checkpointed segments may be trusted.
+    trust_existing: bool,
+    /// Recovery is loading the store: admits wait for the writer rather than drop.
+    recovering: AtomicBool,
     /// Why io_uring is not used, if it is not.
     pub uring_unavailable: Option<String>,
 }
@@ -268,24 +272,51 @@ impl Flash {
     /// Opens the device on the real disk, checks it and formats it empty (every segment free,
     /// a new hash seed): what was on it is not trusted. Refuses with the path and the reason.
     pub fn open(config: FlashConfig) -> Result<Arc<Flash>, FlashError> {
-        check_geometry(&config)?;
-        let device = FileDevice::open(&config.path, config.size_bytes, config.direct_io)?;
-        Flash::open_on(config, Arc::new(device))
+        Flash::open_keeping(config, false)
     }
 
-    /// [`Flash::open`] on a given device (a fault-injecting one in tests).
-    pub fn open_on(config: FlashConfig, device: Arc<dyn Device>) -> Result<Arc<Flash>, FlashError> {
+    /// [`Flash::open`], but with `keep` (persistence on) a device formatted earlier with the
+    /// same geometry keeps its hash seed, and segments a checkpoint named may be trusted again
+    /// (see [`Flash::recover_pins`]).
+    pub fn open_keeping(config: FlashConfig, keep: bool) -> Result<Arc<Flash>, FlashError> {
+        check_geometry(&config)?;
+        let device = FileDevice::open(&config.path, config.size_bytes, config.direct_io)?;
+        Flash::open_on(config, Arc::new(device), keep)
+    }
+
+    /// [`Flash::open_keeping`] on a given device (a fault-injecting one in tests).
+    pub fn open_on(
+        config: FlashConfig,
+        device: Arc<dyn Device>,
+        keep: bool,
+    ) -> Result<Arc<Flash>, FlashError> {
         check_geometry(&config)?;
         let path = config.path.display().to_string();
         let segment_count =
             (device.size_bytes().min(config.size_bytes) - BLOCK as u64) / config.segment_bytes;
+        let mut block = AlignedBuf::new(BLOCK);
+        let old = if keep {
+            device
+                .read_at(0, &mut block)
+                .ok()
+                .and_then(|()| Superblock::decode(&block))
+                .filter(|s| {
+                    s.segment_bytes == config.segment_bytes && s.segment_count == segment_count
+                })
+        } else {
+            None
+        };
+        if keep && old.is_none() {
+            tracing::info!("flash {path}: no earlier tier of this geometry; starting empty");
+        }
+        // A new seq base at every start: seqs never repeat on a device (64 random bits), so
+        // a segment rewritten since a checkpoint can never pass for the one it named.
         let superblock = Superblock {
             segment_bytes: config.segment_bytes,
             segment_count,
-            hash_seed: random_u64(),
+            hash_seed: old.map_or_else(random_u64, |s| s.hash_seed),
             seq_base: random_u64() >> 1,
         };
-        let mut block = AlignedBuf::new(BLOCK);
         superblock.encode(&mut block);
         device
             .write_at(0, &block)
@@ -330,6 +361,8 @@ impl Flash {
             store: OnceLock::new(),
             writer: Mutex::new(None),
             stop: AtomicBool::new(false),
+            trust_existing: old.is_some(),
+            recovering: AtomicBool::new(false),
             uring_unavailable: why,
             reader,
             device,
@@ -355,7 +388,9 @@ impl Flash {
 
     /// Starts the writer thread, which also runs flash eviction on `store`.
     pub fn start(self: &Arc<Flash>, store: &Arc<Store>) {
-        let _ = self.store.set(Arc::downgrade(store));
+        if self.store.set(Arc::downgrade(store)).is_err() {
+            return; // already started
+        }
         let me = Arc::clone(self);
         let handle = std::thread::Builder::new()
             .name("flash-writer".into())
@@ -399,8 +434,17 @@ impl Flash {
             return None;
         }
         let mut inner = self.inner.lock();
-        for _ in 0..2 {
+        // During recovery nothing is acknowledged-and-evictable: an item dropped now would be
+        // an acknowledged write lost. So a full queue or no free segment makes recovery wait
+        // for the writer, up to a bound (flash eviction may need this very shard lock).
+        let patience = Instant::now() + Duration::from_secs(5);
+        let mut tries = 0;
+        while tries < 2 {
             if inner.open.is_none() && !self.open_segment(&mut inner) {
+                if self.recovering.load(Relaxed) && Instant::now() < patience {
+                    self.written.wait_for(&mut inner, Duration::from_millis(50));
+                    continue;
+                }
                 break;
             }
             let o = inner.open.as_mut().expect("opened above");
@@ -417,8 +461,13 @@ impl Flash {
             };
             if block + nblocks > self.blocks_per_seg {
                 if !self.seal(&mut inner) {
+                    if self.recovering.load(Relaxed) && Instant::now() < patience {
+                        self.written.wait_for(&mut inner, Duration::from_millis(50));
+                        continue;
+                    }
                     break;
                 }
+                tries += 1;
                 continue;
             }
             let at = block as usize * BLOCK + off;
@@ -571,15 +620,40 @@ impl Flash {
         now: u32,
         promotion: Promotion,
     ) -> ReadOutcome {
+        self.get_noting_others(store, key, now, promotion, &mut Vec::new())
+            .await
+    }
+
+    /// [`Flash::get`], also noting in `others` the locations read that held other keys
+    /// (a shared hash tag) in sealed segments, with their seq, for [`Store::spare_flash`].
+    pub async fn get_noting_others(
+        &self,
+        store: &Store,
+        key: &[u8],
+        now: u32,
+        promotion: Promotion,
+        others: &mut Vec<(FlashLoc, u64)>,
+    ) -> ReadOutcome {
         'lookup: for _ in 0..LOOKUP_TRIES {
+            others.clear();
             let locs = match store.lookup(key, now) {
                 Lookup::Done(outcome) => return outcome,
                 Lookup::Flash(locs) => locs,
             };
             for loc in locs {
+                let seq_before = self.sealed_seq(loc);
                 let mut item = match self.fetch(key, loc).await {
                     Fetch::Item(item) => item,
-                    Fetch::Absent => continue,
+                    Fetch::Absent => {
+                        // Only if its segment was sealed before the read: then it held the
+                        // bytes read, and can take no new copy of the key.
+                        if let (Some(a), Some(b)) = (seq_before, self.sealed_seq(loc)) {
+                            if a == b {
+                                others.push((loc, a));
+                            }
+                        }
+                        continue;
+                    }
                     Fetch::Damaged | Fetch::Failed => {
                         store.flash_forget(key, loc);
                         continue;
@@ -663,6 +737,181 @@ impl Flash {
     /// Bytes of one segment.
     pub fn segment_bytes(&self) -> u64 {
         self.config.segment_bytes
+    }
+
+    // ---- checkpoints and recovery ----
+    //
+    // What recovery may trust. A checkpoint records, shard by shard under the shard lock,
+    // each flash entry as (shard, FlashLoc, seq of its segment) instead of the value, and
+    // marks that segment `pin_next`. Before the snapshot becomes current, `checkpoint_sync`
+    // makes every marked segment written (sealing the open one early if it is marked) and
+    // fdatasyncs the device; the list of (segment, seq) goes into a pins file beside the
+    // snapshot. From the manifest's switch on (`checkpoint_commit`) those segments are
+    // `pinned`: flash eviction may empty one (its entries leave the index) but never reuses it
+    // until a later checkpoint no longer names it. So while a snapshot is current, every
+    // segment it names holds, on the device, exactly the bytes it had when the entry was
+    // recorded, under the seq recorded.
+    //
+    // Recovery reads the pins files of the snapshots it may load, keeps each named segment
+    // whose header still carries the named seq (`recover_pins`; it is not reused either),
+    // and restores an entry only if its (segment, seq) was kept (`trusts`). A restored entry
+    // is the key's state as of the shard's copy, like any snapshot item; every later change of
+    // the key is a log record after the snapshot's LSN, and replay applies it (a store or a
+    // delete removes the key's flash entries), so an overwritten or deleted value never comes
+    // back. Items that went to flash after the checkpoint need no trust: their values are in
+    // the snapshot (they were in RAM then) or in the log. A segment rewritten since (the
+    // previous snapshot's, when the newest is damaged) fails the seq check: its items are
+    // lost, as if evicted, never read as something else. Seqs start at a random 63-bit base
+    // at every start, so a seq never repeats on a device.
+
+    /// Recovery, before a snapshot is loaded: keeps the segments `pins` names whose header
+    /// still carries the named seq, pinned until a checkpoint no longer names them. Returns
+    /// how many were kept. Must run before anything is admitted.
+    pub fn recover_pins(&self, pins: &[(u32, u64)]) -> usize {
+        if !self.trust_existing {
+            return 0;
+        }
+        let mut block = AlignedBuf::new(BLOCK);
+        let mut kept: Vec<(u64, u32)> = Vec::new();
+        for &(seg, seq) in pins {
+            if u64::from(seg) >= self.superblock.segment_count || kept.iter().any(|k| k.1 == seg) {
+                continue;
+            }
+            let ok = self
+                .device
+                .read_at(self.seg_offset(seg), &mut block)
+                .is_ok()
+                && SegmentHeader::decode(&block).is_some_and(|h| h.segment == seg && h.seq == seq);
+            if ok {
+                kept.push((seq, seg));
+            }
+        }
+        kept.sort_unstable();
+        let mut inner = self.inner.lock();
+        for &(seq, seg) in &kept {
+            inner.free.retain(|&f| f != seg);
+            let s = &mut inner.segs[seg as usize];
+            s.state = SegState::Sealed;
+            s.seq = seq;
+            s.pinned = true;
+            s.max_exptime = u32::MAX;
+            inner.sealed.push_back(seg);
+        }
+        kept.len()
+    }
+
+    /// Recovery starts (true) or ends (false): see `recovering`.
+    pub fn set_recovering(&self, on: bool) {
+        self.recovering.store(on, Relaxed);
+    }
+
+    /// Whether recovery may restore an entry at `loc` recorded with `seq` (its segment was
+    /// kept by [`Flash::recover_pins`] with that seq).
+    pub fn trusts(&self, loc: FlashLoc, seq: u64) -> bool {
+        let seg = self.seg_of(loc.block());
+        let inner = self.inner.lock();
+        inner.segs.get(seg as usize).is_some_and(|s| {
+            s.pinned && s.seq == seq && s.state == SegState::Sealed && self.trust_existing
+        })
+    }
+
+    /// A checkpoint starts: no segment is named by it yet.
+    pub fn checkpoint_begin(&self) {
+        for s in &mut self.inner.lock().segs {
+            s.pin_next = false;
+        }
+    }
+
+    /// The checkpoint records the entry `loc` (called under its shard lock): its segment is
+    /// named, and its seq returned.
+    pub fn checkpoint_entry(&self, loc: FlashLoc) -> u64 {
+        let seg = self.seg_of(loc.block());
+        let mut inner = self.inner.lock();
+        let s = &mut inner.segs[seg as usize];
+        s.pin_next = true;
+        s.seq
+    }
+
+    /// Makes every segment the checkpoint named durable on the device (written, then an
+    /// fdatasync), and returns them as (segment, seq) for the pins file.
+    pub fn checkpoint_sync(&self) -> io::Result<Vec<(u32, u64)>> {
+        let mut inner = self.inner.lock();
+        loop {
+            if let Some(o) = &inner.open {
+                if inner.segs[o.seg as usize].pin_next {
+                    self.seal(&mut inner);
+                }
+            }
+            let waiting = inner
+                .segs
+                .iter()
+                .any(|s| s.pin_next && matches!(s.state, SegState::Open | SegState::Queued));
+            if !waiting {
+                break;
+            }
+            if self.stop.load(Relaxed) {
+                return Err(io::Error::other("the flash writer stopped"));
+            }
+            self.work.notify_one();
+            self.written
+                .wait_for(&mut inner, Duration::from_millis(100));
+        }
+        if inner
+            .segs
+            .iter()
+            .any(|s| s.pin_next && s.state == SegState::Failed)
+        {
+            return Err(io::Error::other(
+                "a flash segment the checkpoint names failed its write",
+            ));
+        }
+        let pins = inner
+            .segs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.pin_next)
+            .map(|(i, s)| (i as u32, s.seq))
+            .collect();
+        drop(inner);
+        self.device.sync()?;
+        Ok(pins)
+    }
+
+    /// The checkpoint is current: what it named stays; what only the one before named may be
+    /// reused.
+    pub fn checkpoint_commit(&self) {
+        self.swap_pins(true);
+    }
+
+    /// The checkpoint failed: the current one's pins stay as they were.
+    pub fn checkpoint_abort(&self) {
+        self.swap_pins(false);
+    }
+
+    fn swap_pins(&self, commit: bool) {
+        {
+            let mut guard = self.inner.lock();
+            let inner = &mut *guard;
+            for (i, s) in inner.segs.iter_mut().enumerate() {
+                if commit {
+                    s.pinned = s.pin_next;
+                }
+                s.pin_next = false;
+                if s.state == SegState::Retired && !s.pinned {
+                    s.state = SegState::Free;
+                    inner.free.push_back(i as u32);
+                }
+            }
+            inner.stalled = false;
+        }
+        self.work.notify_one();
+    }
+
+    /// Flash eviction is stuck: every old segment is named by the current checkpoint, so
+    /// evicted items are being dropped until the next one.
+    pub fn needs_checkpoint(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.stalled && inner.free.len() < FREE_RESERVE
     }
 
     // ---- the writer thread ----
@@ -899,6 +1148,34 @@ impl FlashTier for Flash {
     fn restore(&self, loc: FlashLoc) {
         let seg = self.seg_of(loc.block());
         self.inner.lock().segs[seg as usize].live += 1;
+    }
+
+    fn other_key_at(&self, loc: FlashLoc, key: &[u8]) -> bool {
+        if !self.recovering.load(Relaxed) {
+            return false;
+        }
+        let seg = self.seg_of(loc.block());
+        if self.sealed_seq(loc).is_none() {
+            // Buffered: the item may be a copy of `key` written by this very recovery.
+            return false;
+        }
+        let offset = self.seg_offset(seg)
+            + u64::from(loc.block() - self.device_block(seg, 0)) * BLOCK as u64;
+        let mut buf = AlignedBuf::new(loc.nblocks() as usize * BLOCK);
+        if self.device.read_at(offset, &mut buf).is_err() {
+            return false;
+        }
+        matches!(
+            format::find_item(&buf, loc.nblocks(), key),
+            format::Found::Absent
+        )
+    }
+
+    fn sealed_seq(&self, loc: FlashLoc) -> Option<u64> {
+        let seg = self.seg_of(loc.block());
+        let inner = self.inner.lock();
+        let s = inner.segs.get(seg as usize)?;
+        (s.state == SegState::Sealed).then_some(s.seq)
     }
 }
 

@@ -43,7 +43,7 @@ fn rig_with(
     let path = dir.path().join("flash.dat");
     let config = config_of(path.clone());
     let flash = match device {
-        Some(d) => Flash::open_on(config, d).unwrap(),
+        Some(d) => Flash::open_on(config, d, false).unwrap(),
         None => Flash::open(config).unwrap(),
     };
     let store = Arc::new(Store::with_flash(

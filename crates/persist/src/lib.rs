@@ -123,6 +123,9 @@ pub struct PersistConfig {
     pub syncer_batch_sched: bool,
     /// The file system (the real disk, or a fault-injecting one in tests).
     pub fs: Arc<dyn FileSystem>,
+    /// The flash tier, if one is on: checkpoints record its entries (not their values) and
+    /// recovery restores those it can still trust (see `cairn_flash`'s checkpoint notes).
+    pub flash: Option<Arc<cairn_flash::Flash>>,
 }
 
 thread_local! {
@@ -192,6 +195,11 @@ pub struct PersistStats {
     pub recovered_log_records: u64,
     /// Items left out at recovery because they no longer fit the store's limits.
     pub recovery_dropped_items: u64,
+    /// Flash entries recovery put back in the index (their items stayed on flash).
+    pub recovered_flash_items: u64,
+    /// Flash entries of the snapshot recovery could not trust (their segment was rewritten,
+    /// the tier is gone or reshaped): lost, as if evicted.
+    pub recovery_flash_dropped: u64,
 }
 
 /// The running persistence layer.
@@ -330,7 +338,9 @@ fn remove_temp_files(fs: &dyn FileSystem, dir: &Path) {
     let Ok(paths) = fs.list(dir) else { return };
     for p in paths {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name == "MANIFEST.tmp" || (name.starts_with("snapshot-") && name.ends_with(".snap.tmp"))
+        if name == "MANIFEST.tmp"
+            || (name.starts_with("snapshot-") && name.ends_with(".snap.tmp"))
+            || (name.starts_with("flash-") && name.ends_with(".pins.tmp"))
         {
             match fs.remove(&p) {
                 Ok(()) => {
@@ -340,6 +350,80 @@ fn remove_temp_files(fs: &dyn FileSystem, dir: &Path) {
             }
         }
     }
+}
+
+/// The pins file of the snapshot at `lsn`: the flash segments its flash records point into.
+fn pins_file_name(lsn: Lsn) -> String {
+    format!("flash-{lsn:020}.pins")
+}
+
+/// Writes the pins file of snapshot `lsn` (temp file, fdatasync, rename; the directory is
+/// fsynced with the snapshot's rename that follows).
+///
+/// ```text
+/// "CAIRNFPN" | version u32 = 1 | count u32 | (segment u32 | seq u64) * count |
+/// crc u32 (CRC32C of everything before it)
+/// ```
+fn write_pins(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    lsn: Lsn,
+    pins: &[(u32, u64)],
+) -> Result<(), PersistError> {
+    let mut b = Vec::with_capacity(16 + pins.len() * 12 + 4);
+    b.extend_from_slice(b"CAIRNFPN");
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(
+        &u32::try_from(pins.len())
+            .expect("segments fit u32")
+            .to_le_bytes(),
+    );
+    for &(seg, seq) in pins {
+        b.extend_from_slice(&seg.to_le_bytes());
+        b.extend_from_slice(&seq.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    let path = dir.join(pins_file_name(lsn));
+    let tmp = dir.join(format!("{}.tmp", pins_file_name(lsn)));
+    let _ = fs.remove(&tmp);
+    let f = fs.create(&tmp).map_err(|e| PersistError::io(&tmp, e))?;
+    f.write_at(0, &b).map_err(|e| PersistError::io(&tmp, e))?;
+    f.sync_data().map_err(|e| PersistError::io(&tmp, e))?;
+    fs.rename(&tmp, &path)
+        .map_err(|e| PersistError::io(&path, e))
+}
+
+/// Reads the pins file of snapshot `lsn`; empty if it is missing or damaged (then none of
+/// that snapshot's flash records is trusted).
+fn read_pins(fs: &dyn FileSystem, dir: &Path, lsn: Lsn) -> Vec<(u32, u64)> {
+    let path = dir.join(pins_file_name(lsn));
+    let Ok(f) = fs.open(&path) else {
+        return Vec::new();
+    };
+    let size = f.size().unwrap_or(0) as usize;
+    let mut b = vec![0u8; size];
+    if size < 20 || f.read_at(0, &mut b).ok() != Some(size) {
+        return Vec::new();
+    }
+    let crc = u32::from_le_bytes(b[size - 4..].try_into().expect("4 bytes"));
+    let count = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")) as usize;
+    if &b[0..8] != b"CAIRNFPN" || crc != crc32c::crc32c(&b[..size - 4]) || size != 20 + count * 12 {
+        tracing::warn!(
+            "{} is damaged: its snapshot's flash items are lost",
+            path.display()
+        );
+        return Vec::new();
+    }
+    (0..count)
+        .map(|i| {
+            let at = 16 + i * 12;
+            (
+                u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")),
+                u64::from_le_bytes(b[at + 4..at + 12].try_into().expect("8 bytes")),
+            )
+        })
+        .collect()
 }
 
 /// Snapshot LSNs present in `dir`, newest first.
@@ -394,10 +478,18 @@ impl Persistence {
             recording: AtomicBool::new(false),
             failed: Mutex::new(None),
         });
-        let store = Arc::new(Store::new(
+        let flash = config.flash.clone();
+        let store = Arc::new(Store::with_flash(
             store_config,
             Some(sink.clone() as Arc<dyn MutationSink>),
+            flash.clone().map(|f| f as Arc<dyn cairn_store::FlashTier>),
         ));
+        // The writer runs from the start: loading and replay may evict to flash, and wait for
+        // it rather than drop what they evict.
+        if let Some(f) = &flash {
+            f.start(&store);
+            f.set_recovering(true);
+        }
         let mut stats = PersistStats::default();
 
         remove_temp_files(fs.as_ref(), &config.data_path);
@@ -419,13 +511,39 @@ impl Persistence {
                     snapshot::file_name(named)
                 )));
             }
+            if let Some(f) = &flash {
+                // Before anything is admitted: the segments any loadable snapshot names stay.
+                let mut pins = Vec::new();
+                for &lsn in &candidates {
+                    pins.extend(read_pins(fs.as_ref(), &config.data_path, lsn));
+                }
+                let kept = f.recover_pins(&pins);
+                tracing::info!("flash: {kept} segments named by checkpoints are kept");
+            }
             let mut loaded = None;
             for lsn in candidates {
                 let path = config.data_path.join(snapshot::file_name(lsn));
                 tracing::info!("loading snapshot {}", path.display());
                 let now = now_unix();
                 let dropped = AtomicU64::new(0);
-                let result = snapshot::load(fs.as_ref(), &path, recovery_threads(), |it| {
+                let flash_restored = AtomicU64::new(0);
+                let flash_dropped = AtomicU64::new(0);
+                let result = snapshot::load(fs.as_ref(), &path, recovery_threads(), |rec| {
+                    let it = match rec {
+                        snapshot::SnapRecord::Item(it) => it,
+                        snapshot::SnapRecord::Flash(e) => {
+                            let loc = cairn_store::FlashLoc(e.loc);
+                            let fits = e.shard_count as usize == store.shard_count()
+                                && flash.as_ref().is_some_and(|f| f.trusts(loc, e.seq));
+                            if fits {
+                                store.restore_flash(e.shard as usize, loc);
+                                flash_restored.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                flash_dropped.fetch_add(1, Ordering::Relaxed);
+                            }
+                            return;
+                        }
+                    };
                     // An item that expired while cairn was down is not loaded at all.
                     if it.exptime != 0 && it.exptime <= now {
                         store.raise_cas_floor(it.cas);
@@ -450,6 +568,15 @@ impl Persistence {
                         loaded = Some(snap.lsn);
                         stats.recovered_items = snap.items;
                         stats.recovery_dropped_items += dropped.into_inner();
+                        stats.recovered_flash_items = flash_restored.into_inner();
+                        stats.recovery_flash_dropped = flash_dropped.into_inner();
+                        if stats.recovery_flash_dropped > 0 {
+                            tracing::warn!(
+                                "recovery: {} flash items of the snapshot could not be trusted \
+                                 (segment rewritten, no flash tier, or another -m) and are lost",
+                                stats.recovery_flash_dropped
+                            );
+                        }
                         stats.snapshot_bytes = fs.open(&path).and_then(|f| f.size()).unwrap_or(0);
                         break;
                     }
@@ -559,6 +686,9 @@ impl Persistence {
             },
         )?;
         sink.recording.store(true, Ordering::SeqCst);
+        if let Some(f) = &flash {
+            f.set_recovering(false);
+        }
         // A `flush_all <delay>` whose time passed while cairn was down runs now, and is logged
         // (a Flushed record), so that the next recovery does not run it again over newer writes.
         // One still in the future stays scheduled; the server arms its timer.
@@ -670,8 +800,16 @@ impl Persistence {
     pub fn checkpoint_due(&self) -> bool {
         let log_bytes = self.log_bytes_since_checkpoint(self.log.stats().bytes_written);
         let snap = self.stats.lock().snapshot_bytes;
-        log_bytes >= self.chkpt_interval_min_logsize_mb() << 20
-            && log_bytes as u128 * 100 >= snap as u128 * self.chkpt_interval_pct_snapshot() as u128
+        // Flash eviction waits for a checkpoint that no longer names the old segments.
+        let flash_stuck = self
+            .config
+            .flash
+            .as_ref()
+            .is_some_and(|f| f.needs_checkpoint());
+        flash_stuck
+            || log_bytes >= self.chkpt_interval_min_logsize_mb() << 20
+                && log_bytes as u128 * 100
+                    >= snap as u128 * self.chkpt_interval_pct_snapshot() as u128
     }
 
     /// Takes a checkpoint now (blocking; runs while the server keeps serving).
@@ -682,6 +820,13 @@ impl Persistence {
         let started = Instant::now();
         let start_unix = now_unix() as u64;
         let result = self.checkpoint_inner();
+        if let Some(f) = &self.config.flash {
+            if result.is_ok() {
+                f.checkpoint_commit();
+            } else {
+                f.checkpoint_abort();
+            }
+        }
         let mut st = self.stats.lock();
         st.last_checkpoint_start_unix = start_unix;
         st.last_checkpoint_duration_ms = started.elapsed().as_millis() as u64;
@@ -734,28 +879,61 @@ impl Persistence {
             snapshot::Writer::create(fs, &tmp, l0, self.config.checkpoint_rate_mb_s << 20)?;
         let now = now_unix();
         let mut buf = Vec::new();
+        let flash = self.config.flash.as_deref();
+        if let Some(f) = flash {
+            f.checkpoint_begin();
+        }
+        let shard_count = self.store.shard_count() as u32;
         for shard in 0..self.store.shard_count() {
             buf.clear();
-            let mut items = 0u64;
-            self.store.visit_shard(shard, now, |key, value, meta| {
-                snapshot::encode_item(
-                    &mut buf,
-                    &snapshot::SnapItem {
-                        key,
-                        value,
-                        flags: meta.flags,
-                        exptime: meta.exptime,
-                        cas: meta.cas,
-                        stale: meta.stale,
-                    },
-                );
-                items += 1;
-            });
-            writer.add_encoded(&buf, items)?;
+            let items = std::cell::Cell::new(0u64);
+            let buf_cell = std::cell::RefCell::new(&mut buf);
+            // RAM items and flash entries under one hold of the shard lock, so an item moving
+            // to flash meanwhile is copied exactly once.
+            self.store.visit_shard_with_flash(
+                shard,
+                now,
+                |key, value, meta| {
+                    snapshot::encode_item(
+                        &mut buf_cell.borrow_mut(),
+                        &snapshot::SnapItem {
+                            key,
+                            value,
+                            flags: meta.flags,
+                            exptime: meta.exptime,
+                            cas: meta.cas,
+                            stale: meta.stale,
+                        },
+                    );
+                    items.set(items.get() + 1);
+                },
+                |loc| {
+                    let Some(f) = flash else { return };
+                    snapshot::encode_flash(
+                        &mut buf_cell.borrow_mut(),
+                        &snapshot::SnapFlash {
+                            shard: shard as u32,
+                            shard_count,
+                            loc: loc.0,
+                            seq: f.checkpoint_entry(loc),
+                        },
+                    );
+                    items.set(items.get() + 1);
+                },
+            );
+            writer.add_encoded(&buf, items.get())?;
         }
         // Read after the last item was copied: covers every unique handed out so far,
         // including those of items deleted before the copy reached them.
         let (items, bytes) = writer.finish(self.store.cas_floor())?;
+        // The flash segments the snapshot names are on the device and synced, and listed
+        // beside it, before the snapshot can become current.
+        if let Some(f) = flash {
+            let pins = f
+                .checkpoint_sync()
+                .map_err(|e| PersistError::io(Path::new("flash"), e))?;
+            write_pins(fs, dir, l0, &pins)?;
+        }
         // Records up to L0 must be durable before the snapshot becomes current: otherwise a
         // crash could leave a log that restarts numbering below L0, behind the snapshot. So
         // must the restated schedule.
@@ -784,6 +962,7 @@ impl Persistence {
             if old < previous {
                 let p = dir.join(snapshot::file_name(old));
                 fs.remove(&p).map_err(|e| PersistError::io(&p, e))?;
+                let _ = fs.remove(&dir.join(pins_file_name(old)));
             }
         }
         fs.sync_dir(dir).map_err(|e| PersistError::io(dir, e))?;
@@ -900,6 +1079,11 @@ impl Persistence {
             (
                 "recovery_dropped_items",
                 s.recovery_dropped_items.to_string(),
+            ),
+            ("recovered_flash_items", s.recovered_flash_items.to_string()),
+            (
+                "recovery_flash_dropped",
+                s.recovery_flash_dropped.to_string(),
             ),
             (
                 "writes_refused",

@@ -5,9 +5,11 @@
 //!   header, 32 bytes: magic "CAIRNSNP" | version u32 = 2 | reserved u32 | lsn u64 |
 //!                     header_crc u32 (CRC32C of bytes 0..24) | reserved u32
 //!   blocks:           len u32 (1..) | crc u32 (CRC32C of the block bytes) | block bytes
-//!     block bytes = items back to back:
-//!       klen u8 | key | flags u32 | exptime u32 | cas u64 | state u8 (bit 0 stale) |
-//!       vlen u32 | value
+//!     block bytes = records back to back, each an item or (version 3) a flash entry:
+//!       item:  klen u8 (1..=250) | key | flags u32 | exptime u32 | cas u64 |
+//!              state u8 (bit 0 stale) | vlen u32 | value
+//!       flash: 0xFF | shard u32 | shard_count u32 | loc u64 (the store's FlashLoc) |
+//!              seq u64 (of the flash segment, see cairn_flash's checkpoint notes)
 //!   trailer, 40 bytes: 0xFFFFFFFF | magic "CAIRNEND" | items u64 | blocks u64 |
 //!                      cas_floor u64 | crc u32 (CRC32C of the 36 trailer bytes before it)
 //!   (version 1, still read: a 32-byte trailer without cas_floor)
@@ -31,7 +33,11 @@ use crate::PersistError;
 
 pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
 pub const END_MAGIC: &[u8; 8] = b"CAIRNEND";
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The first byte of a flash entry record (keys are at most 250 bytes).
+const FLASH_RECORD: u8 = 0xFF;
+/// Bytes of a flash entry record.
+const FLASH_RECORD_LEN: usize = 1 + 4 + 4 + 8 + 8;
 const HEADER_LEN: usize = 32;
 /// Trailer length of the version written.
 const TRAILER_LEN: usize = 40;
@@ -66,6 +72,33 @@ pub struct SnapItem<'a> {
     pub exptime: u32,
     pub cas: u64,
     pub stale: bool,
+}
+
+/// A flash-resident item as a checkpoint records it: where it is, not what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapFlash {
+    /// The store shard it was in, and the store's shard count then (an entry holds no key,
+    /// so it can only go back to the same shard of a store of the same shape).
+    pub shard: u32,
+    pub shard_count: u32,
+    pub loc: u64,
+    pub seq: u64,
+}
+
+/// One record of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapRecord<'a> {
+    Item(SnapItem<'a>),
+    Flash(SnapFlash),
+}
+
+/// Appends a flash entry record to a block.
+pub fn encode_flash(out: &mut Vec<u8>, f: &SnapFlash) {
+    out.push(FLASH_RECORD);
+    out.extend_from_slice(&f.shard.to_le_bytes());
+    out.extend_from_slice(&f.shard_count.to_le_bytes());
+    out.extend_from_slice(&f.loc.to_le_bytes());
+    out.extend_from_slice(&f.seq.to_le_bytes());
 }
 
 /// Appends an item's bytes to a block.
@@ -242,7 +275,7 @@ pub fn load(
     fs: &dyn FileSystem,
     path: &Path,
     workers: usize,
-    f: impl Fn(SnapItem<'_>) + Sync,
+    f: impl Fn(SnapRecord<'_>) + Sync,
 ) -> Result<Loaded, PersistError> {
     let file = fs.open(path).map_err(|e| PersistError::io(path, e))?;
     let size = file.size().map_err(|e| PersistError::io(path, e))?;
@@ -318,10 +351,10 @@ pub fn load(
             let mut p = 0usize;
             let mut block_items = 0u64;
             while p < block.len() {
-                let item = decode_item(&block[p..])
+                let (record, len) = decode_record(&block[p..])
                     .ok_or_else(|| bad(path, at + 8 + p as u64, "bad item in block"))?;
-                p += 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
-                f(item);
+                p += len;
+                f(record);
                 items += 1;
                 block_items += 1;
             }
@@ -362,6 +395,27 @@ pub fn load(
         items,
         cas_floor,
     })
+}
+
+/// Decodes the record at the start of `b`: it and its length.
+fn decode_record(b: &[u8]) -> Option<(SnapRecord<'_>, usize)> {
+    if *b.first()? == FLASH_RECORD {
+        if b.len() < FLASH_RECORD_LEN {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let f = SnapFlash {
+            shard: u32_at(1),
+            shard_count: u32_at(5),
+            loc: u64_at(9),
+            seq: u64_at(17),
+        };
+        return Some((SnapRecord::Flash(f), FLASH_RECORD_LEN));
+    }
+    let item = decode_item(b)?;
+    let len = 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
+    Some((SnapRecord::Item(item), len))
 }
 
 fn decode_item(b: &[u8]) -> Option<SnapItem<'_>> {

@@ -21,6 +21,7 @@ fn config(fs: Arc<dyn FileSystem>, root: &Path) -> PersistConfig {
         direct_io: false,
         syncer_batch_sched: true,
         fs,
+        flash: None,
     }
 }
 
@@ -432,8 +433,10 @@ fn a_version_1_snapshot_still_loads() {
     file.extend_from_slice(&trailer);
     fs.create(path).unwrap().write_at(0, &file).unwrap();
     let items = std::sync::Mutex::new(Vec::new());
-    let loaded = snapshot::load(&fs, path, 1, |it| {
-        items.lock().unwrap().push((it.key.to_vec(), it.cas))
+    let loaded = snapshot::load(&fs, path, 1, |rec| {
+        if let snapshot::SnapRecord::Item(it) = rec {
+            items.lock().unwrap().push((it.key.to_vec(), it.cas))
+        }
     })
     .unwrap();
     assert_eq!(

@@ -127,6 +127,31 @@ pub struct Config {
     /// Refuse `flush_all` with `CLIENT_ERROR flush_all not allowed` (memcached `-F`).
     #[arg(short = 'F', long)]
     pub disable_flush_all: bool,
+    /// The flash tier's file or block device; none = no flash tier (the default). Items
+    /// evicted from RAM go there instead of being dropped.
+    #[arg(long)]
+    pub flash_path: Option<PathBuf>,
+    /// Bytes of the flash tier, or with a k/m/g suffix on the command line (a file is created
+    /// and preallocated to it).
+    #[arg(long, value_parser = parse_size_u64)]
+    pub flash_size: u64,
+    /// Bytes of one flash segment, the unit of flash writes and flash eviction.
+    #[arg(long, value_parser = parse_size_u64)]
+    pub flash_segment_size: u64,
+    /// Open the flash file with O_DIRECT; false is needed on file systems without it (tmpfs).
+    #[arg(long)]
+    pub flash_direct_io: bool,
+    /// Read flash through io_uring where the kernel allows it (else a pread thread pool).
+    #[arg(long)]
+    pub flash_io_uring: bool,
+    /// Sealed flash segments that may wait for the writer; past it evicted items are dropped.
+    #[arg(long)]
+    pub flash_write_queue: usize,
+    /// memcached's spelling, `PATH:SIZE` (e.g. `-o ext_path=/ssd/cairn:64G`): the same as
+    /// flash_path plus flash_size. memcached's other `-o ext_*` options are accepted and
+    /// ignored.
+    #[arg(long)]
+    pub ext_path: Option<String>,
 }
 
 impl Default for Config {
@@ -159,6 +184,13 @@ impl Default for Config {
             enable_admin: false,
             enable_shutdown: false,
             disable_flush_all: false,
+            flash_path: None,
+            flash_size: 0,
+            flash_segment_size: 1 << 20,
+            flash_direct_io: true,
+            flash_io_uring: true,
+            flash_write_queue: 4,
+            ext_path: None,
         }
     }
 }
@@ -296,16 +328,38 @@ impl ChkptSetting {
 
 /// Parses `1048576`, `512k`, `1m`.
 fn parse_size(s: &str) -> Result<usize, String> {
+    parse_size_u64(s).and_then(|n| usize::try_from(n).map_err(|_| format!("too large: {s}")))
+}
+
+/// Parses `1048576`, `512k`, `1m`, `64g` (and memcached's `64G`).
+fn parse_size_u64(s: &str) -> Result<u64, String> {
     let (digits, mult) = match s.as_bytes().last() {
         Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
         Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+        Some(b't' | b'T') => (&s[..s.len() - 1], 1 << 40),
         _ => (s, 1),
     };
     digits
-        .parse::<usize>()
+        .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("not a size: {s}"))
+}
+
+/// Splits memcached's `ext_path` value, `PATH:SIZE`.
+fn parse_ext_path(v: &str) -> Result<(PathBuf, u64), ConfigError> {
+    let bad = |why: String| ConfigError::Invalid {
+        key: "ext_path",
+        why,
+    };
+    let (path, size) = v
+        .rsplit_once(':')
+        .ok_or_else(|| bad(format!("{v}: expected PATH:SIZE, e.g. /ssd/cairn:64G")))?;
+    if path.is_empty() {
+        return Err(bad(format!("{v}: the path is empty")));
+    }
+    Ok((PathBuf::from(path), parse_size_u64(size).map_err(bad)?))
 }
 
 impl Config {
@@ -351,6 +405,14 @@ impl Config {
         for option in m.get_many::<String>("option").into_iter().flatten() {
             c.set_option(option)?;
         }
+        // memcached's spelling of the flash tier; an explicit flash_path wins.
+        if let Some(v) = c.ext_path.take() {
+            let (path, size) = parse_ext_path(&v)?;
+            if c.flash_path.is_none() {
+                c.flash_path = Some(path);
+                c.flash_size = size;
+            }
+        }
         c.validate()?;
         Ok(c)
     }
@@ -372,6 +434,12 @@ impl Config {
             message,
         };
         let (name, value) = option.split_once('=').unwrap_or((option, "true"));
+        if name.starts_with("ext_") && name != "ext_path" {
+            // memcached's extstore tuning (ext_item_size, ext_wbuf_size, ...): cairn sizes
+            // these itself, and deploy scripts carry them.
+            tracing::info!("-o {option}: ignored (cairn has no such setting)");
+            return Ok(());
+        }
         let mut table = toml::Table::try_from(&*self).map_err(|e| fail(e.to_string()))?;
         let value = match table.get(name) {
             Some(toml::Value::Integer(_)) => value
@@ -444,7 +512,28 @@ impl Config {
         // The same check as the admin line `config chkpt_interval_* N`.
         ChkptSetting::PctSnapshot.check(self.chkpt_interval_pct_snapshot)?;
         ChkptSetting::MinLogsize.check(self.chkpt_interval_min_logsize)?;
+        if self.flash_path.is_some() && self.flash_size == 0 {
+            return invalid(
+                "flash_size",
+                "must be given with flash_path (e.g. --flash-size 64g)",
+            );
+        }
+        if self.flash_write_queue == 0 || self.flash_write_queue > 1024 {
+            return invalid("flash_write_queue", "must be between 1 and 1024");
+        }
         Ok(())
+    }
+
+    /// The flash tier's settings, if it is on.
+    pub fn flash(&self) -> Option<cairn_flash::FlashConfig> {
+        let path = self.flash_path.clone()?;
+        Some(cairn_flash::FlashConfig {
+            segment_bytes: self.flash_segment_size,
+            direct_io: self.flash_direct_io,
+            io_uring: self.flash_io_uring,
+            write_queue: self.flash_write_queue,
+            ..cairn_flash::FlashConfig::new(path, self.flash_size)
+        })
     }
 
     /// The persistence mode (validated).
@@ -700,6 +789,53 @@ mod tests {
             (c.chkpt_interval_pct_snapshot, c.chkpt_interval_min_logsize),
             (1, 1)
         );
+    }
+
+    #[test]
+    fn flash_is_off_by_default_and_takes_memcacheds_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        assert!(load_with(&path, "", &[]).flash().is_none());
+        let f = load_with(&path, "", &["-o", "ext_path=/ssd/x:2G,ext_item_size=64"])
+            .flash()
+            .unwrap();
+        assert_eq!((f.path, f.size_bytes), (PathBuf::from("/ssd/x"), 2 << 30));
+        let f = load_with(
+            &path,
+            "flash_path = \"/a\"\nflash_size = 1048576000\nflash_segment_size = 262144\n",
+            &[],
+        )
+        .flash()
+        .unwrap();
+        assert_eq!(
+            (f.path, f.size_bytes, f.segment_bytes),
+            (PathBuf::from("/a"), 1_048_576_000, 256 << 10)
+        );
+        // ARCUS-style files carry memcached's key.
+        let c = load_with(
+            &path,
+            "ext_path = \"/b:64m\"\n",
+            &["--flash-direct-io", "false"],
+        );
+        let f = c.flash().unwrap();
+        assert_eq!(
+            (f.path, f.size_bytes, f.direct_io),
+            (PathBuf::from("/b"), 64 << 20, false)
+        );
+        for (text, flags, key) in [
+            ("flash_path = \"/a\"\n", &[][..], "flash_size"),
+            ("", &["-o", "ext_path=/a"][..], "ext_path"),
+        ] {
+            let err = load_result(&path, text, flags).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Invalid { key: k, .. } if k == key),
+                "{text} {flags:?}: {err}"
+            );
+        }
+        // memcached's extstore tuning is ignored, anything else unknown is refused.
+        assert!(load_result(&path, "", &["-o", "ext_wbuf_size=8"]).is_ok());
+        let err = load_result(&path, "", &["-o", "no_such_key=1"]).unwrap_err();
+        assert!(matches!(err, ConfigError::Option { .. }), "{err}");
     }
 
     #[test]

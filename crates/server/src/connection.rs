@@ -180,7 +180,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                     } => {
                         let now = ctx.now();
                         for key in keys.iter() {
-                            cmd::get::one(ctx, kind, exptime, now, key, &mut c.output);
+                            cmd::get::one_async(ctx, kind, exptime, now, key, &mut c.output).await;
                             note_writes(c);
                             if c.output.len() >= ctx.config.output_buffer_max {
                                 flush(ctx, c).await?;
@@ -213,6 +213,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         c.output.extend_from_slice(b"END\r\n");
                     }
                     request => {
+                        crate::flash::resolve(ctx, &request).await;
                         let flow = cmd::execute(ctx, request, &mut c.output);
                         note_writes(c);
                         if flow == Flow::Close {

@@ -18,6 +18,7 @@ pub mod config;
 pub mod connection;
 pub mod conns;
 pub mod durable;
+pub mod flash;
 pub mod metrics;
 pub mod server;
 pub mod stats;
@@ -38,6 +39,8 @@ pub const VERSION: &str = concat!("1.6.21-cairn-", env!("CARGO_PKG_VERSION"));
 pub struct Ctx {
     /// The cache itself.
     pub store: Arc<Store>,
+    /// The flash tier RAM evictions go to, if one is configured.
+    pub flash: Option<Arc<cairn_flash::Flash>>,
     /// Command log and checkpoints; None in `off` mode.
     pub persist: Option<Arc<Persistence>>,
     /// Connections waiting for their writes to be durable, woken by the log's syncer.
@@ -87,17 +90,26 @@ impl Ctx {
 
     /// [`Ctx::open`] with the snapshots and the log on `fs` (a fault-injecting one in tests).
     pub fn open_on(config: Config, fs: Arc<dyn cairn_wal::FileSystem>) -> Result<Arc<Ctx>, String> {
+        let flash = match config.flash() {
+            Some(f) => Some(flash::open(f, config.mode() != Mode::Off)?),
+            None => None,
+        };
         let store_config = cairn_store::StoreConfig {
             memory_limit_bytes: config.memory_limit_mb << 20,
             evict_when_full: !config.disable_evictions,
             item_size_max_bytes: config.item_size_max,
             shard_count: shard_count(config.memory_limit_mb),
-            hash_seed: None,
+            // Flash entries are recorded by hash bits, so the seed is the device's.
+            hash_seed: flash.as_ref().map(|f| f.hash_seed()),
         };
         let writes_refused = Arc::new(AtomicBool::new(false));
         let (store, persist, durable) = match config.mode() {
             Mode::Off => (
-                Arc::new(Store::new(store_config, None)),
+                Arc::new(Store::with_flash(
+                    store_config,
+                    None,
+                    flash.clone().map(|f| f as Arc<dyn cairn_store::FlashTier>),
+                )),
                 None,
                 // Never waited on: nothing is logged.
                 Arc::new(durable::DurableWaiters::new(0)),
@@ -116,6 +128,7 @@ impl Ctx {
                         direct_io: config.log_direct_io,
                         syncer_batch_sched: config.log_batch_sched,
                         fs,
+                        flash: flash.clone(),
                     },
                     store_config,
                 )
@@ -136,6 +149,9 @@ impl Ctx {
                 (p.store(), Some(p), durable)
             }
         };
+        if let Some(f) = &flash {
+            f.start(&store);
+        }
         let limits = cairn_proto::Limits {
             max_value_len: config.item_size_max,
             max_keys_per_get: config.max_keys_per_get,
@@ -143,6 +159,7 @@ impl Ctx {
         };
         Ok(Arc::new(Ctx {
             store,
+            flash,
             persist,
             durable,
             writes_refused,

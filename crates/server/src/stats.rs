@@ -205,6 +205,7 @@ pub fn general(ctx: &Ctx) -> Vec<Reading> {
         "Resident set size of the process.",
         process.rss_bytes,
     );
+    crate::flash::readings(ctx, &mut r);
     r.0
 }
 
@@ -461,6 +462,20 @@ pub const PERSISTENCE: &[PersistStat] = &[
         Kind::Gauge,
         1.0,
         "Items recovery dropped (too large to replay).",
+    ),
+    (
+        "recovered_flash_items",
+        "recovered_flash_items",
+        Kind::Gauge,
+        1.0,
+        "Flash entries recovery put back in the index (their items stayed on flash).",
+    ),
+    (
+        "recovery_flash_dropped",
+        "recovery_flash_dropped",
+        Kind::Gauge,
+        1.0,
+        "Flash entries of the snapshot recovery could not trust (lost, as if evicted).",
     ),
     (
         "writes_refused",

@@ -110,6 +110,39 @@ impl FlashLoc {
     }
 }
 
+thread_local! {
+    /// Flash entries with a key's tag that a device read just showed to hold other keys:
+    /// (key hash, places). Set by [`crate::Store::spare_flash`] right before a command runs
+    /// on this thread, cleared when its `Store::entry` ends.
+    static SPARED: std::cell::RefCell<(u64, Vec<(u64, u64)>)> =
+        const { std::cell::RefCell::new((0, Vec::new())) };
+}
+
+/// The (place, segment seq) spared for `hash` (empty unless set for this very hash).
+pub(crate) fn spared(hash: u64) -> Vec<(u64, u64)> {
+    SPARED.with(|s| {
+        let s = s.borrow();
+        if s.0 == hash {
+            s.1.clone()
+        } else {
+            Vec::new()
+        }
+    })
+}
+
+pub(crate) fn set_spared(hash: u64, places: Vec<(u64, u64)>) {
+    SPARED.with(|s| *s.borrow_mut() = (hash, places));
+}
+
+pub(crate) fn clear_spared() {
+    SPARED.with(|s| {
+        let mut s = s.borrow_mut();
+        if !s.1.is_empty() {
+            *s = (0, Vec::new());
+        }
+    });
+}
+
 /// The flash tier as the store sees it. Implemented by `cairn-flash`; every call is made
 /// under a shard lock, so an implementation takes only its own short locks and never a
 /// shard's.
@@ -123,4 +156,11 @@ pub trait FlashTier: Send + Sync {
     fn release(&self, loc: FlashLoc);
     /// An entry was put back in the index by recovery (it was live at the checkpoint).
     fn restore(&self, loc: FlashLoc);
+    /// The sequence number of `loc`'s segment if it is written and sealed (no item can be
+    /// added to it any more), else None.
+    fn sealed_seq(&self, loc: FlashLoc) -> Option<u64>;
+    /// While recovery loads the store (no client waits, a blocking read is fine): whether the
+    /// item at `loc` was read and holds a key other than `key`. False otherwise, and when it
+    /// cannot tell.
+    fn other_key_at(&self, loc: FlashLoc, key: &[u8]) -> bool;
 }

@@ -433,12 +433,19 @@ impl Store {
         dropped
     }
 
-    /// Calls `f` with every flash entry of shard `index`, under that shard's lock (a checkpoint
-    /// records them instead of the values).
-    pub fn visit_shard_flash(&self, index: usize, mut f: impl FnMut(FlashLoc)) {
+    /// [`Store::visit_shard`], and `g` with every flash entry of the shard, under one hold of
+    /// its lock (a checkpoint records flash entries instead of their values).
+    pub fn visit_shard_with_flash(
+        &self,
+        index: usize,
+        now: UnixSecs,
+        mut f: impl FnMut(&[u8], &[u8], &ItemMeta),
+        mut g: impl FnMut(FlashLoc),
+    ) {
         let shard = self.shards[index].lock();
+        visit_ram(&shard, now, &mut f);
         for &loc in shard.flash.iter() {
-            f(loc);
+            g(loc);
         }
     }
 
@@ -473,7 +480,22 @@ impl Store {
             now,
             expired,
         };
-        f(&mut entry)
+        let r = f(&mut entry);
+        flash::clear_spared();
+        r
+    }
+
+    /// Tells the next [`Store::entry`] of `key` on this thread that the flash entries at
+    /// `locs` (with the key's tag; each with its segment's seq when read, see
+    /// [`FlashTier::sealed_seq`]) were read and hold other keys: a store or delete of `key`
+    /// leaves them alone instead of removing every entry with the tag.
+    pub fn spare_flash(&self, key: &[u8], locs: &[(FlashLoc, u64)]) {
+        if !locs.is_empty() {
+            flash::set_spared(
+                self.hash(key),
+                locs.iter().map(|(l, seq)| (l.place(), *seq)).collect(),
+            );
+        }
     }
 
     /// Removes every item now (flush_all) and cancels a scheduled flush. Reports
@@ -602,17 +624,7 @@ impl Store {
         now: UnixSecs,
         mut f: impl FnMut(&[u8], &[u8], &ItemMeta),
     ) {
-        let shard = self.shards[index].lock();
-        for &slot in &shard.fifo {
-            let seg = shard.seg(slot);
-            for at in seg.offsets() {
-                let h = seg.header(at);
-                if h.state & DEAD != 0 || (h.exptime != 0 && h.exptime <= now) {
-                    continue;
-                }
-                f(seg.key(&h), seg.value(&h), &meta_of(&h, seg));
-            }
-        }
+        visit_ram(&self.shards[index].lock(), now, &mut f);
     }
 
     /// Makes every CAS unique assigned from now on larger than `cas` (after recovery, so a
@@ -628,6 +640,20 @@ impl Store {
 
     fn next_cas(&self) -> u64 {
         self.cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// Calls `f` with every live item in RAM of a locked shard.
+fn visit_ram(shard: &Shard, now: UnixSecs, f: &mut impl FnMut(&[u8], &[u8], &ItemMeta)) {
+    for &slot in &shard.fifo {
+        let seg = shard.seg(slot);
+        for at in seg.offsets() {
+            let h = seg.header(at);
+            if h.state & DEAD != 0 || (h.exptime != 0 && h.exptime <= now) {
+                continue;
+            }
+            f(seg.key(&h), seg.value(&h), &meta_of(&h, seg));
+        }
     }
 }
 
@@ -879,7 +905,7 @@ impl Entry<'_> {
     /// as well, so a crash cannot bring one back from a checkpoint.
     pub fn delete(&mut self) -> bool {
         let removed = self.shard.remove(self.hash, self.key).is_some();
-        let flash_removed = self.shard.flash_remove_tag(self.hash) > 0;
+        let flash_removed = self.shard.flash_remove_key(self.hash, self.key) > 0;
         if removed || flash_removed {
             if let Some(sink) = &self.store.sink {
                 sink.on_mutation(&Mutation::Deleted { key: self.key });

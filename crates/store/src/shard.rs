@@ -142,7 +142,7 @@ impl Shard {
 
     /// Points `key` at `loc`, killing any older copy, in RAM or on flash.
     pub fn link(&mut self, hash: u64, key: &[u8], loc: Loc, hash_of: &dyn Fn(&[u8]) -> u64) {
-        self.flash_remove_tag(hash);
+        self.flash_remove_key(hash, key);
         self.link_ram(hash, key, loc, hash_of);
     }
 
@@ -301,18 +301,50 @@ impl Shard {
         self.counters.flash_items += 1;
     }
 
+    /// Removes every flash entry that may be `key`'s (its tag; see [`Shard::flash_remove_tag`]),
+    /// except, during recovery, those the tier read and found to hold another key.
+    pub fn flash_remove_key(&mut self, hash: u64, key: &[u8]) -> usize {
+        let others: Vec<(u64, u64)> = match &self.tier {
+            Some(t) if !self.flash.is_empty() => self
+                .flash_candidates(hash)
+                .into_iter()
+                .filter(|&l| t.other_key_at(l, key))
+                .filter_map(|l| Some((l.place(), t.sealed_seq(l)?)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if others.is_empty() {
+            return self.flash_remove_tag(hash);
+        }
+        let mut spared = crate::flash::spared(hash);
+        spared.extend(others);
+        crate::flash::set_spared(hash, spared);
+        let removed = self.flash_remove_tag(hash);
+        crate::flash::clear_spared();
+        removed
+    }
+
     /// Removes every flash entry with `hash`'s tag, so no older flash copy of the key stays
-    /// findable; another key with the same tag goes too (counted). Returns how many.
+    /// findable; another key with the same tag goes too (counted), unless spared. Returns how
+    /// many.
     pub fn flash_remove_tag(&mut self, hash: u64) -> usize {
         if self.flash.is_empty() {
             return 0;
         }
         let tag = tag_of(hash);
+        let spared = crate::flash::spared(hash);
+        let tier = self.tier.clone();
+        // Spared: read and shown to hold another key, in a sealed segment whose seq has not
+        // changed since (so the key cannot have been written there after the read).
+        let is_spared = |l: &FlashLoc| {
+            spared.iter().any(|&(place, seq)| {
+                place == l.place() && tier.as_ref().and_then(|t| t.sealed_seq(*l)) == Some(seq)
+            })
+        };
         let mut removed = 0;
-        while let Ok(e) = self
-            .flash
-            .find_entry(FlashLoc::table_hash(tag), |l| l.tag() == tag)
-        {
+        while let Ok(e) = self.flash.find_entry(FlashLoc::table_hash(tag), |l| {
+            l.tag() == tag && !is_spared(l)
+        }) {
             let (loc, _) = e.remove();
             self.flash_released(loc);
             removed += 1;

@@ -1,5 +1,6 @@
 //! get, gets, gat, gats: `VALUE` lines for the hits, then `END`.
 
+use cairn_flash::Promotion;
 use cairn_proto::{encode, GetKind};
 use cairn_store::ReadOutcome;
 
@@ -42,6 +43,34 @@ pub fn one(
             })
         }
     };
+    answer(ctx, kind, key, outcome, out);
+}
+
+/// [`one`] with the flash tier: a plain retrieval reads flash without holding a lock (the
+/// connection awaits the device read); gat first brings the item back to RAM.
+pub async fn one_async(
+    ctx: &Ctx,
+    kind: GetKind,
+    exptime: Option<i64>,
+    now: u32,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let Some(flash) = &ctx.flash else {
+        return one(ctx, kind, exptime, now, key, out);
+    };
+    if exptime.is_some() {
+        crate::flash::resolve_key(ctx, flash, key).await;
+        return one(ctx, kind, exptime, now, key, out);
+    }
+    bump(&ctx.counters.cmd_get);
+    let outcome = flash.get(&ctx.store, key, now, Promotion::IfHot).await;
+    answer(ctx, kind, key, outcome, out);
+}
+
+/// Counts a lookup's outcome and appends its `VALUE` block if it is a hit.
+fn answer(ctx: &Ctx, kind: GetKind, key: &[u8], outcome: ReadOutcome, out: &mut Vec<u8>) {
+    let c = &ctx.counters;
     match outcome {
         ReadOutcome::Hit(item) => {
             bump(&c.get_hits);

@@ -109,6 +109,11 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
         Some("sizes") => sizes(ctx, out),
         Some("conns") => ctx.conns.write_stats(ctx.now(), out),
         Some("persistence") => lines(out, &crate::stats::persistence(ctx)),
+        Some("extstore") => {
+            let mut r = crate::stats::Readings::default();
+            crate::flash::readings(ctx, &mut r);
+            lines(out, &r.0);
+        }
         Some("items") => {
             let s = ctx.store.stats();
             let age = match s.oldest_segment_created {

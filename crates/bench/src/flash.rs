@@ -1,0 +1,616 @@
+//! `cairn-bench suite flash`: the fatcache seed's figures (issue 13, F1-F6) in one run, side by
+//! side: cairn with everything in RAM, cairn with `-m RAM` and a flash file, memcached with
+//! extstore (`-o ext_path=FILE:SIZE,ext_item_size=64`, same `-m`), and fio on cairn's flash file.
+//!
+//! ```text
+//!   cairn RAM-only ─ insert (F1 baseline)
+//!   cairn flash    ─ insert (F1, F4) ─ uniform gets (F2) ─ one client gets (F3) ─ 9:1 sets
+//!                    with hot gets (F6)
+//!   memcached ext  ─ the same phases
+//!   fio            ─ 4 KiB random reads, O_DIRECT, io_uring, at the load's queue depth and at 1
+//!   cairn flash, persistence sync ─ insert, overwrite + delete some, kill -9, restart (F5)
+//! ```
+//!
+//! The flash files go in `--flash-dir` (default: the output folder), which must be on the disk
+//! being measured (not tmpfs).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::keys::Pattern;
+use crate::load::{self, LoadConfig, LoadResult, Protocol};
+use crate::suite::{free_port, memcache_stats, rss_bytes, wait_ready, SuiteArgs};
+
+/// A server started for one part of the run, killed on drop.
+struct Proc {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn stats(&self) -> Result<HashMap<String, f64>, String> {
+        Ok(memcache_stats("127.0.0.1", self.port, "")?
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect())
+    }
+}
+
+fn cairn(args: &SuiteArgs, port: u16, extra: &[String], dir: &Path) -> Result<Proc, String> {
+    let mut child = Command::new(&args.cairn_bin)
+        .args(["-p", &port.to_string(), "-t", "2", "--data-dir"])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", args.cairn_bin.display()))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let ready = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("cairn listening on "));
+    if !ready {
+        let status = child.wait().map_err(|e| e.to_string())?;
+        return Err(format!(
+            "cairn {extra:?} exited before it was ready ({status})"
+        ));
+    }
+    Ok(Proc { child, port })
+}
+
+fn memcached(ram_mb: u64, file: &Path, size_mb: u64) -> Result<Proc, String> {
+    let port = free_port()?;
+    let child = Command::new("memcached")
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-t",
+            "2",
+        ])
+        .args(["-m", &ram_mb.to_string(), "-c", "4096", "-u", "root", "-o"])
+        .arg(format!(
+            "ext_path={}:{}m,ext_item_size=64",
+            file.display(),
+            size_mb
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("memcached: {e}"))?;
+    let p = Proc { child, port };
+    wait_ready(port, Protocol::MemcacheText)?;
+    Ok(p)
+}
+
+/// The load of one phase.
+fn load_cfg(args: &SuiteArgs, port: u16, ratio: (u32, u32), pattern: Pattern) -> LoadConfig {
+    LoadConfig {
+        server: "127.0.0.1".into(),
+        port,
+        protocol: Protocol::MemcacheText,
+        threads: args.threads,
+        clients: args.clients,
+        data_size_min: args.data_size,
+        data_size_max: args.data_size,
+        key_prefix: "memtier-".into(),
+        set_pattern: pattern,
+        get_pattern: pattern,
+        key_min: 1,
+        key_max: args.keys,
+        ratio,
+        requests: None,
+        test_time: Some(Duration::from_secs(args.phase_secs)),
+        pipeline: 1,
+        seed: 1,
+        distinct_client_seed: true,
+        rate: None,
+        verify: false,
+        quiet: args.quiet,
+    }
+}
+
+fn insert(args: &SuiteArgs, port: u16) -> Result<LoadResult, String> {
+    insert_range(args, port, 1, args.keys)
+}
+
+/// Sets keys `min..=max` once each.
+fn insert_range(args: &SuiteArgs, port: u16, min: u64, max: u64) -> Result<LoadResult, String> {
+    let clients = args.threads * args.clients;
+    load::run(&LoadConfig {
+        requests: Some((max - min + 1).div_ceil(clients)),
+        test_time: None,
+        key_min: min,
+        key_max: max,
+        ..load_cfg(args, port, (1, 0), Pattern::Parallel)
+    })
+}
+
+/// What one server did in the phases both servers run.
+#[derive(Default, Debug, Clone, serde::Serialize)]
+struct Figures {
+    insert_ops_per_sec: f64,
+    get_ops_per_sec: f64,
+    get_hit_ratio: f64,
+    /// Share of the get hits served from flash.
+    get_from_flash: f64,
+    reads_per_flash_hit: f64,
+    device_reads_per_miss: f64,
+    qd1_get_p50_us: f64,
+    qd1_get_p99_us: f64,
+    write_amplification: f64,
+    rss_after_insert_mib: f64,
+    flash_items: f64,
+    index_bytes_per_flash_item: f64,
+    rss_bytes_per_flash_item: f64,
+}
+
+fn delta(a: &HashMap<String, f64>, b: &HashMap<String, f64>, k: &str) -> f64 {
+    b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// The key+value bytes of one set of the load (keys are `memtier-<n>`).
+fn item_bytes(args: &SuiteArgs) -> f64 {
+    ("memtier-".len() + (args.keys / 2).to_string().len() + args.data_size) as f64
+}
+
+/// Runs the flash phases on a server with a flash tier: `cairn` says which stats names to use.
+fn phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, String> {
+    let mut f = Figures::default();
+    // F1 + F4: a quarter of the keys first (RAM is full by then), then the rest: the RSS
+    // growth over the second part, per item that went to flash meanwhile, is what an item on
+    // flash costs in RAM. (cairn counts its index in -m, so it takes RAM from items instead
+    // of growing the RSS; the index bytes from its stats show that cost.)
+    let first = args.keys / 4;
+    let a = insert_range(args, p.port, 1, first)?;
+    let s0 = p.stats()?;
+    let rss0 = rss_bytes(&p.pid());
+    let b = insert_range(args, p.port, first + 1, args.keys)?;
+    f.insert_ops_per_sec = (a.sets + b.sets) as f64 / (a.secs + b.secs);
+    let s1 = p.stats()?;
+    let rss1 = rss_bytes(&p.pid());
+    f.rss_after_insert_mib = rss1 as f64 / (1 << 20) as f64;
+    f.flash_items = if cairn {
+        s1.get("flash_items").copied().unwrap_or(0.0)
+    } else {
+        s1.get("extstore_objects_used").copied().unwrap_or(0.0)
+    };
+    if cairn {
+        f.index_bytes_per_flash_item = ratio(
+            s1.get("flash_index_bytes").copied().unwrap_or(0.0),
+            f.flash_items,
+        );
+    }
+    let flash_key = if cairn {
+        "flash_items"
+    } else {
+        "extstore_objects_used"
+    };
+    f.rss_bytes_per_flash_item =
+        ratio(rss1.saturating_sub(rss0) as f64, delta(&s0, &s1, flash_key));
+    // F2: uniform random gets over the whole set.
+    let s2 = p.stats()?;
+    let g = load::run(&load_cfg(args, p.port, (0, 1), Pattern::Random))?;
+    let s3 = p.stats()?;
+    f.get_ops_per_sec = g.ops_per_sec();
+    f.get_hit_ratio = ratio(g.hits as f64, g.gets as f64);
+    let hits = delta(&s2, &s3, "get_hits");
+    let misses = delta(&s2, &s3, "get_misses");
+    let flash_hits = delta(&s2, &s3, "get_extstore");
+    f.get_from_flash = ratio(flash_hits, hits);
+    if cairn {
+        let reads = delta(&s2, &s3, "flash_device_reads") + delta(&s2, &s3, "flash_buffered_reads");
+        f.reads_per_flash_hit = ratio(reads - delta(&s2, &s3, "miss_from_extstore"), flash_hits);
+        f.device_reads_per_miss = ratio(delta(&s2, &s3, "miss_from_extstore"), misses);
+    }
+    // F3: one client, one request at a time.
+    let one = load::run(&LoadConfig {
+        threads: 1,
+        clients: 1,
+        ..load_cfg(args, p.port, (0, 1), Pattern::Random)
+    })?;
+    f.qd1_get_p50_us = one.get_latency.value_at_percentile(50.0) as f64;
+    f.qd1_get_p99_us = one.get_latency.value_at_percentile(99.0) as f64;
+    // F6: steady state, 9 sets to 1 get, the gets on a hot part of the keys (gaussian); a
+    // first phase reaches steady state, the second is measured.
+    let mixed = load_cfg(args, p.port, (9, 1), Pattern::Gaussian);
+    let mixed = LoadConfig {
+        set_pattern: Pattern::Random,
+        ..mixed
+    };
+    load::run(&mixed)?;
+    let s4 = p.stats()?;
+    let m = load::run(&mixed)?;
+    let s5 = p.stats()?;
+    let device = delta(&s4, &s5, "extstore_bytes_written");
+    f.write_amplification = ratio(device, m.sets as f64 * item_bytes(args));
+    Ok(f)
+}
+
+/// What fio measured: (IOPS, completion latency p50 in us).
+fn fio(file: &Path, bytes: u64, depth: u64, secs: u64) -> Result<(f64, f64), String> {
+    let out = Command::new("fio")
+        .args([
+            &format!("--size={bytes}"),
+            "--name=randread",
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--rw=randread",
+            "--bs=4k",
+            &format!("--iodepth={depth}"),
+            &format!("--runtime={secs}"),
+            "--time_based",
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", file.display()))
+        .output()
+        .map_err(|e| format!("fio: {e} (apt-get install fio)"))?;
+    if !out.status.success() {
+        return Err(format!("fio: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+    let read = &v["jobs"][0]["read"];
+    let iops = read["iops"].as_f64().unwrap_or(0.0);
+    let p50_ns = read["clat_ns"]["percentile"]["50.000000"]
+        .as_f64()
+        .unwrap_or(0.0);
+    Ok((iops, p50_ns / 1000.0))
+}
+
+/// F5's outcome.
+#[derive(Default, Debug, Clone, serde::Serialize)]
+struct Crash {
+    keys: u64,
+    flash_items_before: f64,
+    restart_to_ready_ms: f64,
+    recovery_ms: f64,
+    recovered_flash_items: f64,
+    index_rebuild_items_per_sec: f64,
+    checked: u64,
+    lost: u64,
+    came_back: u64,
+}
+
+fn get_many(s: &mut TcpStream, keys: &[String]) -> Result<HashMap<String, Vec<u8>>, String> {
+    s.write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    while !buf.ends_with(b"END\r\n") {
+        let n = s.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("server closed".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let mut out = HashMap::new();
+    let mut at = 0;
+    while at < buf.len() && !buf[at..].starts_with(b"END\r\n") {
+        let eol = at
+            + buf[at..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .ok_or("bad reply")?;
+        let head = String::from_utf8_lossy(&buf[at..eol]).into_owned();
+        let parts: Vec<&str> = head.split(' ').collect();
+        let len: usize = parts
+            .get(3)
+            .and_then(|l| l.parse().ok())
+            .ok_or("bad VALUE")?;
+        out.insert(parts[1].to_string(), buf[eol + 2..eol + 2 + len].to_vec());
+        at = eol + 2 + len + 2;
+    }
+    Ok(out)
+}
+
+fn command(s: &mut TcpStream, line: &str) -> Result<String, String> {
+    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s.try_clone().map_err(|e| e.to_string())?);
+    let mut reply = String::new();
+    r.read_line(&mut reply).map_err(|e| e.to_string())?;
+    Ok(reply)
+}
+
+fn crash(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<Crash, String> {
+    let data = dir.join("f5");
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    let flash_args: Vec<String> = [
+        "-m",
+        &args.ram_mb.to_string(),
+        "--persistence",
+        "sync",
+        "--flash-path",
+        &data.join("cairn.flash").display().to_string(),
+        "--flash-size",
+        &format!("{flash_mb}m"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let port = free_port()?;
+    let mut p = cairn(args, port, &flash_args, &data)?;
+    insert(args, port)?;
+    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    // Acknowledged changes after the insert: the first 1000 keys overwritten, the next 1000
+    // deleted (each acknowledged in sync mode before the kill).
+    for k in 1..=1000u64 {
+        let v = format!("overwritten-{k}");
+        command(
+            &mut c,
+            &format!("set memtier-{k} 0 0 {}\r\n{v}\r\n", v.len()),
+        )?;
+    }
+    for k in 1001..=2000u64 {
+        command(&mut c, &format!("delete memtier-{k}\r\n"))?;
+    }
+    let before = p.stats()?;
+    let mut crash = Crash {
+        keys: args.keys,
+        flash_items_before: before.get("flash_items").copied().unwrap_or(0.0),
+        ..Crash::default()
+    };
+    p.child.kill().map_err(|e| e.to_string())?;
+    p.child.wait().map_err(|e| e.to_string())?;
+    drop(p);
+    let t0 = Instant::now();
+    let p = cairn(args, port, &flash_args, &data)?;
+    crash.restart_to_ready_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let ps: HashMap<String, f64> = memcache_stats("127.0.0.1", port, "persistence")?
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
+    crash.recovery_ms = ps.get("recovery_ms").copied().unwrap_or(0.0);
+    crash.recovered_flash_items = ps.get("recovered_flash_items").copied().unwrap_or(0.0);
+    crash.index_rebuild_items_per_sec = ratio(
+        crash.recovered_flash_items * 1000.0,
+        crash.recovery_ms.max(1.0),
+    );
+    // Every key checked: overwritten ones hold the new value, deleted ones are gone, the rest
+    // hold what the insert wrote (evicted items may be missing: counted as lost).
+    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    let mut k = 1u64;
+    while k <= args.keys {
+        let batch: Vec<String> = (k..(k + 100).min(args.keys + 1))
+            .map(|i| format!("memtier-{i}"))
+            .collect();
+        let got = get_many(&mut c, &batch)?;
+        for (i, key) in (k..).zip(&batch) {
+            crash.checked += 1;
+            let want: Option<Vec<u8>> = match i {
+                1..=1000 => Some(format!("overwritten-{i}").into_bytes()),
+                1001..=2000 => None,
+                _ => Some(load::value_for(i, args.data_size)),
+            };
+            match (got.get(key), &want) {
+                (Some(v), Some(w)) if v == w => {}
+                (None, Some(_)) => crash.lost += 1,
+                (None, None) => {}
+                _ => crash.came_back += 1,
+            }
+        }
+        k += 100;
+    }
+    let evictions = p.stats()?.get("evictions").copied().unwrap_or(0.0);
+    if evictions > 0.0 {
+        eprintln!("F5: {evictions} items were evicted for good (flash too small?)");
+    }
+    drop(p);
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(crash)
+}
+
+pub fn run(args: &SuiteArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| format!("{}: {e}", args.out_dir.display()))?;
+    let dir: PathBuf = args
+        .flash_dir
+        .clone()
+        .unwrap_or_else(|| args.out_dir.clone());
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let data_bytes = args.keys as f64 * item_bytes(args);
+    // Room for every item twice over (headers, dead copies of overwrites), at least 512 MiB.
+    let flash_mb = ((data_bytes * 2.5) as u64 >> 20).max(512);
+    let ram_only_mb = ((data_bytes * 3.0) as u64 >> 20).max(1024);
+    let qd = args.threads * args.clients;
+    let say = |s: &str| {
+        if !args.quiet {
+            eprintln!("[flash] {s}");
+        }
+    };
+
+    say(&format!(
+        "cairn RAM-only (-m {ram_only_mb}): insert {} keys",
+        args.keys
+    ));
+    let ram_dir = tempfile::tempdir_in(&dir).map_err(|e| e.to_string())?;
+    let ram_only = {
+        let port = free_port()?;
+        let extra = vec![
+            "-m".to_string(),
+            ram_only_mb.to_string(),
+            "--persistence".into(),
+            "off".into(),
+        ];
+        let p = cairn(args, port, &extra, ram_dir.path())?;
+        let r = insert(args, port)?.ops_per_sec();
+        drop(p);
+        r
+    };
+
+    say("cairn with flash: all phases");
+    let cairn_dir = tempfile::tempdir_in(&dir).map_err(|e| e.to_string())?;
+    let cairn_file = cairn_dir.path().join("cairn.flash");
+    let written;
+    let cairn_figs = {
+        let port = free_port()?;
+        let extra: Vec<String> = vec![
+            "-m".into(),
+            args.ram_mb.to_string(),
+            "--persistence".into(),
+            "off".into(),
+            "--flash-path".into(),
+            cairn_file.display().to_string(),
+            "--flash-size".into(),
+            format!("{flash_mb}m"),
+        ];
+        let p = cairn(args, port, &extra, cairn_dir.path())?;
+        let f = phases(args, &p, true)?;
+        // Segments are written from the start of the file: fio reads that written part (an
+        // unwritten extent reads as zeros without touching the disk).
+        written = p
+            .stats()?
+            .get("extstore_bytes_used")
+            .copied()
+            .unwrap_or(0.0);
+        f
+    };
+
+    say("memcached extstore: all phases");
+    let mc_file = cairn_dir.path().join("memcached.flash");
+    let mc_figs = {
+        let p = memcached(args.ram_mb, &mc_file, flash_mb)?;
+        phases(args, &p, false)?
+    };
+    let _ = std::fs::remove_file(&mc_file);
+
+    say(&format!("fio on the flash file, QD {qd} and QD 1"));
+    let fio_bytes = (written as u64).max(64 << 20);
+    let (fio_iops, _) = fio(&cairn_file, fio_bytes, qd, args.phase_secs)?;
+    let (_, fio_qd1_p50) = fio(&cairn_file, fio_bytes, 1, args.phase_secs)?;
+    drop(cairn_dir);
+
+    say("F5: cairn with flash, persistence sync: insert, kill -9, restart");
+    let f5 = crash(args, &dir, flash_mb)?;
+
+    let c = &cairn_figs;
+    let m = &mc_figs;
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "flash suite: {} keys of {} bytes ({:.0} MiB of items), -m {} MiB, flash {} MiB, {} \
+         threads x {} clients; 2 cores shared by servers, load generator and fio.\n",
+        args.keys,
+        args.data_size,
+        data_bytes / (1 << 20) as f64,
+        args.ram_mb,
+        flash_mb,
+        args.threads,
+        args.clients
+    );
+    md.push_str("| # | measure | cairn flash | memcached extstore | reference | ratio | bar |\n");
+    md.push_str("|---|---|---|---|---|---|---|\n");
+    let _ = writeln!(
+        md,
+        "| F1 | set rate, ops/s | {:.0} | {:.0} | cairn RAM-only {:.0} | {:.2}x RAM-only, {:.2}x extstore | >= 0.9x, >= 1.0x |",
+        c.insert_ops_per_sec,
+        m.insert_ops_per_sec,
+        ram_only,
+        ratio(c.insert_ops_per_sec, ram_only),
+        ratio(c.insert_ops_per_sec, m.insert_ops_per_sec)
+    );
+    let _ = writeln!(
+        md,
+        "| F2 | uniform gets, ops/s (hits from flash: cairn {:.0}%, extstore {:.0}%; hit ratio {:.2} / {:.2}) | {:.0} | {:.0} | fio QD {qd} {:.0} IOPS | {:.2}x fio, {:.2}x extstore | >= 0.7x, >= 1.0x |",
+        c.get_from_flash * 100.0,
+        m.get_from_flash * 100.0,
+        c.get_hit_ratio,
+        m.get_hit_ratio,
+        c.get_ops_per_sec,
+        m.get_ops_per_sec,
+        fio_iops,
+        ratio(c.get_ops_per_sec, fio_iops),
+        ratio(c.get_ops_per_sec, m.get_ops_per_sec)
+    );
+    let _ = writeln!(
+        md,
+        "| F2 | device reads per flash hit / per miss (stats) | {:.3} / {:.4} | | | | 1.00 / <= 0.01 |",
+        c.reads_per_flash_hit, c.device_reads_per_miss
+    );
+    let _ = writeln!(
+        md,
+        "| F3 | one client get p50 / p99, us | {:.0} / {:.0} | {:.0} / {:.0} | fio QD1 p50 {:.0} | +{:.0} us | <= fio + 50 us |",
+        c.qd1_get_p50_us,
+        c.qd1_get_p99_us,
+        m.qd1_get_p50_us,
+        m.qd1_get_p99_us,
+        fio_qd1_p50,
+        c.qd1_get_p50_us - fio_qd1_p50
+    );
+    let _ = writeln!(
+        md,
+        "| F4 | RAM index per flash item, B (stats) / RSS delta per flash item, B | {:.1} / {:.1} ({:.0} flash items) | - / {:.1} ({:.0} items on flash) | | | <= 16 |",
+        c.index_bytes_per_flash_item,
+        c.rss_bytes_per_flash_item,
+        c.flash_items,
+        m.rss_bytes_per_flash_item,
+        m.flash_items
+    );
+    let _ = writeln!(
+        md,
+        "| F5 | kill -9, {} keys, sync: restart to ready | {:.0} ms (recovery {:.0} ms, {:.0} flash items restored of {:.0}, {:.0} items/s); {} checked: {} lost, {} came back | | | | <= 3 s, 0, 0 |",
+        f5.keys,
+        f5.restart_to_ready_ms,
+        f5.recovery_ms,
+        f5.recovered_flash_items,
+        f5.flash_items_before,
+        f5.index_rebuild_items_per_sec,
+        f5.checked,
+        f5.lost,
+        f5.came_back
+    );
+    let _ = writeln!(
+        md,
+        "| F6 | write amplification, 9:1 sets:gets, hot gets | {:.2} | {:.2} | | | <= 1.5 |",
+        c.write_amplification, m.write_amplification
+    );
+    println!("{md}");
+    std::fs::write(args.out_dir.join("flash-results.md"), &md).map_err(|e| e.to_string())?;
+    let json = serde_json::json!({
+        "keys": args.keys, "data_size": args.data_size, "ram_mb": args.ram_mb,
+        "flash_mb": flash_mb, "threads": args.threads, "clients": args.clients,
+        "phase_secs": args.phase_secs, "cairn_ram_only_insert_ops_per_sec": ram_only,
+        "cairn": cairn_figs, "memcached_extstore": mc_figs,
+        "fio": {"qd": qd, "iops": fio_iops, "qd1_p50_us": fio_qd1_p50},
+        "f5": f5,
+    });
+    std::fs::write(
+        args.out_dir.join("flash-results.json"),
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(())
+}
