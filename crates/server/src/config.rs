@@ -121,6 +121,20 @@ pub struct Config {
     /// Allow admin writes from clients: `config KEY N`, checkpoint triggers, `verbosity`.
     #[arg(long)]
     pub enable_admin: bool,
+    /// memcached's ASCII authentication: a file of `user:pass` lines; each connection's first
+    /// command must then be `set <any> <flags> <exptime> <n>` with `user pass` as its data
+    /// (memcached `-Y`).
+    #[arg(short = 'Y', long)]
+    pub auth_file: Option<PathBuf>,
+    /// TLS on the memcached port, with ssl_chain_cert and ssl_key (memcached `-Z`).
+    #[arg(short = 'Z', long)]
+    pub enable_ssl: bool,
+    /// PEM file of the server's certificate chain for -Z (memcached `-o ssl_chain_cert=`).
+    #[arg(long)]
+    pub ssl_chain_cert: Option<PathBuf>,
+    /// PEM file of the server's private key for -Z (memcached `-o ssl_key=`).
+    #[arg(long)]
+    pub ssl_key: Option<PathBuf>,
     /// Allow the `shutdown [graceful]` command (memcached `-A`).
     #[arg(short = 'A', long)]
     pub enable_shutdown: bool,
@@ -182,6 +196,10 @@ impl Default for Config {
             log_direct_io: true,
             log_batch_sched: true,
             enable_admin: false,
+            auth_file: None,
+            enable_ssl: false,
+            ssl_chain_cert: None,
+            ssl_key: None,
             enable_shutdown: false,
             disable_flush_all: false,
             flash_path: None,
@@ -507,6 +525,12 @@ impl Config {
             return invalid(
                 "log_segment_mb",
                 "must hold at least two items of item_size_max",
+            );
+        }
+        if self.enable_ssl && (self.ssl_chain_cert.is_none() || self.ssl_key.is_none()) {
+            return invalid(
+                "enable_ssl",
+                "needs ssl_chain_cert and ssl_key (-o ssl_chain_cert=FILE,ssl_key=FILE)",
             );
         }
         // The same check as the admin line `config chkpt_interval_* N`.

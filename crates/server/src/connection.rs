@@ -24,9 +24,9 @@ use std::sync::Arc;
 use cairn_persist::Mode;
 use cairn_proto::{parse, Crawler, MetaCmd, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::access::Stream;
 use crate::cmd::{self, Flow};
 use crate::stats::{add, bump};
 use crate::Ctx;
@@ -36,7 +36,10 @@ const READ_CHUNK: usize = 16 << 10;
 
 /// Per-connection state carried across batches.
 struct Conn {
-    stream: TcpStream,
+    /// TCP, or TLS under `-Z`.
+    stream: Stream,
+    /// False under `-Y` until the client's `set` carried a user and password of the file.
+    authenticated: bool,
     input: Vec<u8>,
     output: Vec<u8>,
     /// Bytes of a refused data block still to be skipped.
@@ -51,11 +54,11 @@ enum Stop {
 }
 
 /// Serves one connection until the client closes, sends `quit`, or shutdown is signalled.
-pub async fn serve(ctx: Arc<Ctx>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
-    let _ = stream.set_nodelay(true);
-    let registered = ctx.conns.open(&stream, ctx.now());
+pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<bool>) {
+    let registered = ctx.conns.open(crate::access::tcp(&stream), ctx.now());
     let mut c = Conn {
         stream,
+        authenticated: ctx.auth.is_none(),
         input: Vec::with_capacity(READ_CHUNK),
         output: Vec::with_capacity(READ_CHUNK),
         swallow: 0,
@@ -120,6 +123,7 @@ async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
                 b"SERVER_ERROR persistence failure: the write could not be made durable\r\n",
             );
             let _ = c.stream.write_all(&c.output).await;
+            let _ = c.stream.flush().await;
             return Err(Stop::Closed);
         }
         c.pending_lsn = 0;
@@ -132,6 +136,8 @@ async fn write(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
         .write_all(&c.output)
         .await
         .map_err(|_| Stop::Closed)?;
+    // A TLS stream may hold written bytes until flushed (a no-op on TCP).
+    c.stream.flush().await.map_err(|_| Stop::Closed)?;
     add(&ctx.counters.bytes_written, c.output.len() as u64);
     c.output.clear();
     Ok(())
@@ -141,6 +147,33 @@ async fn write(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
 fn note_writes(c: &mut Conn) {
     let lsn = cairn_persist::take_pending_lsn();
     c.pending_lsn = c.pending_lsn.max(lsn);
+}
+
+/// memcached's ASCII authentication (`-Y`): the first command must be a `set` whose data is
+/// `user pass`; it answers `STORED` and lets the rest through, or `CLIENT_ERROR authentication
+/// failure`. Anything else before it gets `CLIENT_ERROR unauthenticated`.
+fn authenticate(ctx: &Ctx, c: &mut Conn, request: Request) {
+    let Some(auth) = &ctx.auth else {
+        c.authenticated = true;
+        return;
+    };
+    let reply: &[u8] = match request {
+        Request::Store {
+            kind: cairn_proto::StoreKind::Set,
+            value,
+            ..
+        } => {
+            if auth.check(&value) {
+                c.authenticated = true;
+                b"STORED\r\n"
+            } else {
+                bump(&ctx.counters.auth_failures);
+                b"CLIENT_ERROR authentication failure\r\n"
+            }
+        }
+        _ => b"CLIENT_ERROR unauthenticated\r\n",
+    };
+    c.output.extend_from_slice(reply);
 }
 
 /// Answers every complete request in the input.
@@ -161,6 +194,10 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
             Ok(None) => break Flow::Continue,
             Ok(Some((request, used))) => {
                 start += used;
+                if !c.authenticated {
+                    authenticate(ctx, c, request);
+                    continue;
+                }
                 if cmd::is_write(&request) {
                     if let Some(why) = ctx.write_refusal() {
                         c.output.extend_from_slice(b"SERVER_ERROR writes refused: ");

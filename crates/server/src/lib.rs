@@ -13,6 +13,7 @@
 //! Shared state is one [`Ctx`]: the store, the settings, the counters. Shutdown: a watch
 //! channel tells the accept loop and every connection to stop after the requests in hand.
 
+pub mod access;
 pub mod cmd;
 pub mod config;
 pub mod connection;
@@ -68,6 +69,10 @@ pub struct Ctx {
     log_level: OnceLock<LogLevelHook>,
     /// When the server started, for `uptime`.
     pub started: Instant,
+    /// `-Y`: the users a connection must authenticate as before anything else.
+    pub auth: Option<access::AuthFile>,
+    /// `-Z`: the TLS handshake every connection goes through first.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Seconds this server's clock runs ahead of the wall clock: 0, except in tests that need
     /// time to pass (as memcached's debug builds do with `debugtime`); see [`Ctx::now`].
     clock_ahead_secs: AtomicU32,
@@ -90,6 +95,18 @@ impl Ctx {
 
     /// [`Ctx::open`] with the snapshots and the log on `fs` (a fault-injecting one in tests).
     pub fn open_on(config: Config, fs: Arc<dyn cairn_wal::FileSystem>) -> Result<Arc<Ctx>, String> {
+        // Access first: a bad auth file or certificate refuses the start before recovery.
+        let refuse = |e| format!("refusing to start: {e}");
+        let auth = match &config.auth_file {
+            Some(path) => Some(access::AuthFile::load(path).map_err(refuse)?),
+            None => None,
+        };
+        let tls = match (&config.ssl_chain_cert, &config.ssl_key) {
+            (Some(chain), Some(key)) if config.enable_ssl => {
+                Some(access::tls_acceptor(chain, key).map_err(refuse)?)
+            }
+            _ => None,
+        };
         let flash = match config.flash() {
             Some(f) => Some(flash::open(f, config.mode() != Mode::Off)?),
             None => None,
@@ -169,6 +186,8 @@ impl Ctx {
             curr_connections: AtomicU64::new(0),
             verbosity: AtomicU8::new(config.verbosity),
             started: Instant::now(),
+            auth,
+            tls,
             clock_ahead_secs: AtomicU32::new(0),
             log_level: OnceLock::new(),
             conns: conns::Registry::default(),

@@ -1,7 +1,8 @@
 //! The accept loop, connection limit, background reclaim and graceful shutdown.
 //!
 //! ```text
-//!   run(listener) ── accept ──> try_acquire(permit) ──ok──> spawn connection::serve
+//!   run(listener) ── accept ──> try_acquire(permit) ──ok──> spawn: access::handshake (TLS
+//!                                                          under -Z) ─> connection::serve
 //!                                     └─ none left: "SERVER_ERROR Too many open connections",
 //!                                        close, count rejected_connections
 //!   accept error (EMFILE, ENFILE, ENOBUFS ...): count accept_errors, sleep 5 ms doubling up
@@ -74,7 +75,9 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         let ctx = Arc::clone(&ctx);
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            connection::serve(Arc::clone(&ctx), stream, shutdown).await;
+            if let Some(stream) = crate::access::handshake(&ctx, stream).await {
+                connection::serve(Arc::clone(&ctx), stream, shutdown).await;
+            }
             ctx.curr_connections.fetch_sub(1, Relaxed);
             tracing::debug!(%peer, "connection closed");
             drop(permit);

@@ -618,6 +618,8 @@ counters! {
     total_connections: "Connections accepted since start.",
     rejected_connections: "Connections refused because max_connections was reached.",
     accept_errors: "Failed accepts (out of file descriptors and the like); the listener backs off.",
+    tls_handshake_failures: "Connections dropped because their TLS handshake failed or timed out.",
+    auth_failures: "Authentication attempts (-Y) with a user or password not in the file.",
     protocol_errors: "Requests answered with ERROR, CLIENT_ERROR or SERVER_ERROR by the parser.",
 }
 

@@ -102,7 +102,11 @@ fn memccapable_ascii_suite() {
 #[test]
 fn memcached_tool_reads_cairn() {
     const TOOL: &str = "/usr/share/memcached/scripts/memcached-tool";
-    if !installed(std::path::Path::new(TOOL).exists(), "memcached-tool", "memcached") {
+    if !installed(
+        std::path::Path::new(TOOL).exists(),
+        "memcached-tool",
+        "memcached",
+    ) {
         return;
     }
     let server = Server::start(&[]);
