@@ -191,18 +191,24 @@ impl ThreadStats {
     }
 }
 
-/// CPU seconds (user + system) this process used so far, from /proc/self/stat.
+/// CPU seconds (user + system) this process used so far.
 pub fn self_cpu_secs() -> f64 {
     proc_cpu_secs("self").unwrap_or(0.0)
 }
 
-/// CPU seconds (user + system) of a process, from /proc/PID/stat.
+/// /proc's figures of a process (`self` or a PID), read by procfs.
+pub fn proc_stat(pid: &str) -> Option<procfs::process::Stat> {
+    let process = match pid {
+        "self" => procfs::process::Process::myself(),
+        pid => procfs::process::Process::new(pid.parse().ok()?),
+    };
+    process.and_then(|p| p.stat()).ok()
+}
+
+/// CPU seconds (user + system) of a process.
 pub fn proc_cpu_secs(pid: &str) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = text.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok());
-    Some((ticks(11)? + ticks(12)?) / 100.0)
+    let stat = proc_stat(pid)?;
+    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
 }
 
 /// The value a key gets, so `--verify` can check what comes back.

@@ -373,10 +373,8 @@ fn wait_ready_external(host: &str, port: u16, _p: Protocol) -> Result<(), String
 }
 
 pub(crate) fn rss_bytes(pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/statm"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+    use procfs::WithCurrentSystemInfo;
+    load::proc_stat(pid).map_or(0, |s| s.rss_bytes().get())
 }
 
 /// One measured phase of one target.
