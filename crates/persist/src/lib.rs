@@ -1,8 +1,9 @@
 //! cairn-persist: command logging, checkpoints and recovery, gluing cairn-store and cairn-wal.
 //!
 //! ```text
-//!   Store mutation (under the shard lock) ──LogSink──> record::encode ──> Log::append_nowait
-//!        └─ the LSN is left in a thread-local; the connection waits for it (sync) or not (async)
+//!   Store mutation (under the shard lock) ──LogSink──> record::encode_head ──> Log::append_parts
+//!        └─ the LSN joins the thread's ticket; the front end awaits `acknowledged(ticket)`
+//!           (the durable mark in sync mode, the written mark in async mode): durability.rs
 //!
 //!   checkpoint:  L0 = appended LSN ─> copy shard by shard ─> snapshot-L0.snap.tmp (throttled)
 //!                ─> trailer + fdatasync ─> rename ─> fsync dir ─> MANIFEST.tmp ─> fdatasync
@@ -24,13 +25,14 @@
 //! (it was never deleted by a client) and an expired one stays expired; a deleted or
 //! overwritten value never comes back, because its delete or overwrite is a later record.
 
+mod durability;
 pub mod record;
 mod replay;
+mod sink;
 pub mod snapshot;
 
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,13 +40,20 @@ use cairn_store::{Mutation, MutationSink, Store, StoreConfig};
 use cairn_wal::{Durability, FileSystem, Log, LogOptions, Lsn, WalError};
 use parking_lot::Mutex;
 
+pub use durability::{capture, take_ticket, Ticket};
+pub use sink::LogObserver;
+
+use sink::LogSink;
+
 /// How writes are acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Pure cache: nothing is logged; a restart starts empty.
     Off,
-    /// Acknowledged at once; the log is fdatasync'd at least every `async_flush_ms`. A power
-    /// loss loses at most the writes of that last interval.
+    /// Acknowledged once the log record is handed to the kernel (one write per group of
+    /// requests, as in sync mode, without waiting for the disk); the log is fdatasync'd at
+    /// least every `async_flush_ms`. A crash of the process (kill -9) loses nothing
+    /// acknowledged; a power loss loses at most the writes of that last interval.
     Async,
     /// Acknowledged only after the fdatasync covering the write returned. A power loss loses
     /// nothing acknowledged.
@@ -57,6 +66,14 @@ impl Mode {
             Mode::Off => "off",
             Mode::Async => "async",
             Mode::Sync => "sync",
+        }
+    }
+
+    /// The log's durability for this mode (none for `Off`, which has no log).
+    fn log_durability(self) -> Durability {
+        match self {
+            Mode::Sync => Durability::Sync,
+            _ => Durability::Async,
         }
     }
 
@@ -126,55 +143,6 @@ pub struct PersistConfig {
     /// The flash tier, if one is on: checkpoints record its entries (not their values) and
     /// recovery restores those it can still trust (see `cairn_flash`'s checkpoint notes).
     pub flash: Option<Arc<cairn_flash::Flash>>,
-}
-
-thread_local! {
-    /// The highest LSN this thread appended since the last `take_pending_lsn`.
-    static PENDING_LSN: Cell<Lsn> = const { Cell::new(0) };
-}
-
-/// Returns and clears the highest LSN appended by mutations on this thread. A connection
-/// calls it after each request: the request's writes are durable once that LSN is.
-pub fn take_pending_lsn() -> Lsn {
-    PENDING_LSN.with(|c| c.replace(0))
-}
-
-/// The mutation hook: turns every client-visible change into a log record.
-struct LogSink {
-    log: Arc<Log>,
-    /// Off during recovery (replayed changes are already in the log).
-    recording: AtomicBool,
-    /// The first append error; further writes are refused.
-    failed: Mutex<Option<String>>,
-}
-
-thread_local! {
-    static RECORD_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl MutationSink for LogSink {
-    fn on_mutation(&self, m: &Mutation<'_>) {
-        if !self.recording.load(Ordering::Relaxed) {
-            return;
-        }
-        RECORD_BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            record::encode(&mut buf, m);
-            match self.log.append_nowait(&buf) {
-                Ok(lsn) => PENDING_LSN.with(|c| c.set(c.get().max(lsn))),
-                Err(e) => {
-                    let mut failed = self.failed.lock();
-                    if failed.is_none() {
-                        tracing::error!("command log append failed, refusing writes: {e}");
-                        *failed = Some(e.to_string());
-                    }
-                    // Make the connection wait on an LSN that will never be durable, so it
-                    // answers with an error instead of acknowledging.
-                    PENDING_LSN.with(|c| c.set(Lsn::MAX));
-                }
-            }
-        });
-    }
 }
 
 /// Figures shown by `stats persistence`.
@@ -454,7 +422,7 @@ impl Persistence {
             Arc::clone(&fs),
             &config.logs_path,
             LogOptions {
-                durability: Durability::Async,
+                durability: config.mode.log_durability(),
                 flush_interval: Duration::from_millis(config.async_flush_ms.max(1)),
                 segment_bytes: config.segment_bytes,
                 max_record_bytes: store_config.item_size_max_bytes + 1024,
@@ -473,11 +441,7 @@ impl Persistence {
                 ..LogOptions::default()
             },
         )?);
-        let sink = Arc::new(LogSink {
-            log: Arc::clone(&log),
-            recording: AtomicBool::new(false),
-            failed: Mutex::new(None),
-        });
+        let sink = Arc::new(LogSink::new(Arc::clone(&log)));
         let flash = config.flash.clone();
         let store = Arc::new(Store::with_flash(
             store_config,
@@ -698,7 +662,7 @@ impl Persistence {
                 store.run_scheduled_flush(at);
             }
         }
-        Ok(Persistence {
+        let p = Persistence {
             mode: AtomicU8::new(config.mode as u8),
             pct_snapshot: AtomicU64::new(config.chkpt_interval_pct_snapshot),
             min_logsize_mb: AtomicU64::new(config.chkpt_interval_min_logsize_mb),
@@ -710,7 +674,9 @@ impl Persistence {
             checkpoint_running: Mutex::new(()),
             log_bytes_recovered,
             log_bytes_at_checkpoint: AtomicU64::new(0),
-        })
+        };
+        p.watch_log_failure();
+        Ok(p)
     }
 
     /// The recovered store, with logging switched on.
@@ -731,38 +697,19 @@ impl Persistence {
             return Err("persistence cannot be switched off while running");
         }
         self.mode.store(mode as u8, Ordering::Relaxed);
+        self.log.set_durability(mode.log_durability());
         tracing::info!("persistence mode is now {}", mode.name());
         Ok(())
     }
 
-    /// The highest durable LSN.
-    pub fn durable_lsn(&self) -> Lsn {
-        self.log.durable_lsn()
-    }
-
-    /// Why writes are refused, if they are.
-    pub fn write_refusal(&self) -> Option<String> {
-        if let Some(e) = self.sink.failed.lock().clone() {
-            return Some(e);
-        }
-        self.log.poisoned().map(|e| e.to_string())
-    }
-
-    /// Asks the log to make `lsn` durable soon (a fence), without blocking.
-    pub fn request_durable(&self, lsn: Lsn) {
-        if lsn != Lsn::MAX {
-            self.log.request_durable(lsn);
-        }
-    }
-
-    /// Blocks until everything logged so far is durable.
+    /// Blocks until everything logged so far is durable (not from an async task).
     pub fn sync(&self) -> Result<(), PersistError> {
         Ok(self.log.sync()?)
     }
 
-    /// Registers a callback for every durable batch (the server feeds its waiters from it).
-    pub fn on_durable(&self, f: cairn_wal::DurableListener) {
-        self.log.on_durable(f);
+    /// Registers an observer of every logged mutation (see [`LogObserver`]).
+    pub fn add_observer(&self, o: Arc<dyn LogObserver>) {
+        self.sink.add_observer(o);
     }
 
     /// The ARCUS checkpoint trigger's `chkpt_interval_pct_snapshot` in force.
@@ -866,7 +813,7 @@ impl Persistence {
                 Some(at) => {
                     let mut buf = Vec::new();
                     record::encode(&mut buf, &Mutation::FlushScheduled { at });
-                    self.log.append_nowait(&buf)
+                    self.log.append(&buf)
                 }
                 None => Ok(l0),
             };
@@ -1041,16 +988,28 @@ impl Persistence {
             ("log_file_bytes", l.log_bytes.to_string()),
             ("log_bytes_since_checkpoint", since_checkpoint.to_string()),
             ("log_appended_lsn", l.appended_lsn.to_string()),
+            ("log_written_lsn", l.written_lsn.to_string()),
             ("log_durable_lsn", l.durable_lsn.to_string()),
             ("log_pending_bytes", l.pending_bytes.to_string()),
-            ("fdatasync_count", l.fsync_count.to_string()),
+            ("log_backpressure_waits", l.backpressure_waits.to_string()),
+            ("log_batch_records_p50", l.batch_records_p50.to_string()),
+            ("log_batch_records_p99", l.batch_records_p99.to_string()),
+            // Each call timed alone: a plain write of a batch, an fdatasync, and (O_DIRECT in
+            // sync mode) a write that is made durable in the same call (pwritev2 RWF_DSYNC).
+            ("log_write_count", l.write.count.to_string()),
+            ("log_write_latency_us_p50", l.write.p50_us.to_string()),
+            ("log_write_latency_us_p99", l.write.p99_us.to_string()),
+            ("fdatasync_count", l.fdatasync.count.to_string()),
+            ("fdatasync_latency_us_p50", l.fdatasync.p50_us.to_string()),
+            ("fdatasync_latency_us_p99", l.fdatasync.p99_us.to_string()),
+            ("log_dsync_write_count", l.dsync_write.count.to_string()),
             (
-                "fdatasync_latency_us_p50",
-                l.fsync_latency_us_p50.to_string(),
+                "log_dsync_write_latency_us_p50",
+                l.dsync_write.p50_us.to_string(),
             ),
             (
-                "fdatasync_latency_us_p99",
-                l.fsync_latency_us_p99.to_string(),
+                "log_dsync_write_latency_us_p99",
+                l.dsync_write.p99_us.to_string(),
             ),
             ("snapshot_lsn", s.snapshot_lsn.to_string()),
             ("snapshot_bytes", s.snapshot_bytes.to_string()),

@@ -46,24 +46,37 @@ pub enum Record<'a> {
 
 /// Encodes a mutation into `out` (cleared first).
 pub fn encode(out: &mut Vec<u8>, m: &Mutation<'_>) {
-    out.clear();
+    let value = encode_head(out, m);
+    out.extend_from_slice(value);
+}
+
+/// Encodes everything of a mutation but a Stored value into `head` (cleared first) and
+/// returns the value (empty for the other kinds): the record is `head ++ value`. The log
+/// frames the two parts straight into its buffer, so the value is not copied on the way.
+pub fn encode_head<'m>(head: &mut Vec<u8>, m: &Mutation<'m>) -> &'m [u8] {
+    head.clear();
     match m {
         Mutation::Stored { key, value, meta } => {
-            out.push(STORED);
-            out.push(u8::try_from(key.len()).expect("keys are at most 250 bytes"));
-            out.extend_from_slice(key);
-            encode_meta(out, meta);
-            out.extend_from_slice(value);
+            head.push(STORED);
+            head.push(u8::try_from(key.len()).expect("keys are at most 250 bytes"));
+            head.extend_from_slice(key);
+            encode_meta(head, meta);
+            value
         }
         Mutation::Deleted { key } => {
-            out.push(DELETED);
-            out.push(u8::try_from(key.len()).expect("keys are at most 250 bytes"));
-            out.extend_from_slice(key);
+            head.push(DELETED);
+            head.push(u8::try_from(key.len()).expect("keys are at most 250 bytes"));
+            head.extend_from_slice(key);
+            &[]
         }
-        Mutation::Flushed => out.push(FLUSHED),
+        Mutation::Flushed => {
+            head.push(FLUSHED);
+            &[]
+        }
         Mutation::FlushScheduled { at } => {
-            out.push(FLUSH_SCHEDULED);
-            out.extend_from_slice(&at.to_le_bytes());
+            head.push(FLUSH_SCHEDULED);
+            head.extend_from_slice(&at.to_le_bytes());
+            &[]
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use cairn_wal::fault::{FaultyFs, Op};
+use cairn_testkit::{power_cut, FaultyFs, Op};
 use cairn_wal::RealFs;
 
 use super::*;
@@ -88,8 +88,7 @@ fn log_only_recovery_after_power_loss() {
     let p = open(&fs).unwrap();
     workload(&p, &mut model, 1);
     p.sync().unwrap();
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     let p = open(&fs).unwrap();
     assert_eq!(contents(&p), model);
 }
@@ -116,8 +115,7 @@ fn checkpoint_then_log_recovers_exactly() {
     workload(&p, &mut model, 4);
     p.sync().unwrap();
     let cas_before = p.store().cas_floor();
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     let p = open(&fs).unwrap();
     assert_eq!(contents(&p), model);
     assert!(
@@ -183,8 +181,7 @@ fn a_crash_at_every_step_of_the_checkpoint_switch_loses_nothing() {
         p.sync().unwrap();
         fs.fail_after(op, skip, libc_eio());
         let _ = p.checkpoint();
-        fs.power_loss();
-        std::mem::forget(p);
+        power_cut(&fs, p);
         let p = open(&fs).unwrap_or_else(|e| panic!("{op:?}+{skip}: {e}"));
         assert_eq!(contents(&p), model, "{op:?}+{skip}");
     }
@@ -206,8 +203,7 @@ fn a_failed_fdatasync_refuses_writes() {
     assert!(p.sync().is_err());
     assert!(p.write_refusal().is_some());
     model.remove(&b"late"[..]);
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     let p = open(&fs).unwrap();
     assert_eq!(
         contents(&p),
@@ -248,14 +244,12 @@ fn checkpoint_makes_its_log_position_durable() {
     // No sync: the checkpoint itself must make records up to its LSN durable, or the log
     // would restart its numbering behind the snapshot after a crash.
     p.checkpoint().unwrap();
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     let p = open(&fs).unwrap();
     assert_eq!(contents(&p), model);
     set(&p, &mut model, "after", "y");
     p.sync().unwrap();
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     let p = open(&fs).unwrap();
     assert_eq!(contents(&p), model);
 }
@@ -263,8 +257,7 @@ fn checkpoint_makes_its_log_position_durable() {
 /// Power loss, then reopen: the same file system, a new process.
 fn crash_and_reopen(fs: &FaultyFs, p: Persistence) -> Persistence {
     p.sync().unwrap();
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(fs, p);
     open(fs).unwrap()
 }
 
@@ -471,8 +464,7 @@ fn a_value_too_large_for_the_restarted_store_does_not_bring_back_the_one_it_repl
     p.checkpoint().unwrap();
     set(&p, &mut model, "k", &"n".repeat(20 << 10));
     p.sync().unwrap();
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     // Restarted with a smaller item limit: the new value no longer fits.
     let p = open_with_item_limit(&fs, 8 << 10);
     model.remove(b"k".as_slice());
@@ -551,7 +543,7 @@ fn temp_files_of_failed_checkpoints_are_removed() {
     // One left by a crash is removed at the next start.
     fs.create(Path::new("/t/data/snapshot-00000000000000000001.snap.tmp"))
         .unwrap();
-    std::mem::forget(p);
+    cairn_testkit::kill(&fs, p);
     let _p = open(&fs).unwrap();
     assert_eq!(temps(&fs), 0, "left by a crash");
 }
@@ -610,8 +602,7 @@ fn uniques_of_a_run_that_made_nothing_durable_are_skipped_too() {
     // Handed out (a client may have read it), never durable.
     set(&p, &mut model, "b", "2");
     let seen = cas_of(&p, "b");
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     let p = open(&fs).unwrap();
     set(&p, &mut model, "c", "3");
     assert!(cas_of(&p, "c") > seen, "{} repeats {seen}", cas_of(&p, "c"));

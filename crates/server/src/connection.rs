@@ -2,26 +2,30 @@
 //!
 //! ```text
 //!   socket ──read──> input ──parse──> request ──cmd::execute──> output ──write──> socket
-//!                     ^  keeps a partial request                   ^
-//!                     └─ until the rest arrives      sync mode: wait here until the log's
-//!                                                    durable LSN covers this connection's writes
+//!                     ^  keeps a partial request        ^                ^
+//!                     └─ until the rest arrives         │     the writes whose replies are in
+//!                          a write first awaits room ───┘     `output` are safe first
 //! ```
 //!
-//! Durability: every mutation leaves its log LSN behind (`cairn_persist::take_pending_lsn`).
-//! In sync mode no reply byte leaves before the fdatasync covering the connection's writes
-//! returned, so a reply to a later request (or to a `noreply` write's successor) is never sent
-//! ahead of durability; other connections keep being served meanwhile, and all of them share
-//! the log's next fdatasync (group commit). In async mode replies go at once, and `mn` is a
-//! fence: its `MN` is sent only once every earlier write of the connection is durable.
+//! Durability goes through the one path of cairn-persist (crates/persist/src/durability.rs):
+//! before a write the connection awaits `room()` (the log's buffer is below its bound: when a
+//! slow disk fills it, this connection is parked, with no error, and every other connection is
+//! still served); each request's mutations leave a ticket (`take_ticket`); before the output
+//! is written, `acknowledged(ticket)` waits until those writes are safe in the mode in force:
+//! fdatasync'd in sync mode, handed to the kernel in async mode. So no reply byte leaves ahead
+//! of the writes it answers, or ahead of an earlier `noreply` write; all connections waiting
+//! meanwhile share the log's next write (group commit). `mn` is a fence in both modes: its
+//! `MN` is sent only once every earlier write of the connection is durable. Waiting parks this
+//! task only: no lock is held and no thread is blocked.
 //!
-//! Backpressure: the connection reads again only after its output is written, and flushes in
-//! the middle of a batch (between keys of a multi-get too) once the output passes
+//! Backpressure of replies: the connection reads again only after its output is written, and
+//! flushes in the middle of a batch (between keys of a multi-get too) once the output passes
 //! `output_buffer_max`. A client that does not read its replies therefore stops being read
 //! from, and the server holds at most one batch of input plus `output_buffer_max` for it.
 
 use std::sync::Arc;
 
-use cairn_persist::Mode;
+use cairn_persist::{take_ticket, Ticket};
 use cairn_proto::{parse, Crawler, MetaCmd, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -44,8 +48,10 @@ struct Conn {
     output: Vec<u8>,
     /// Bytes of a refused data block still to be skipped.
     swallow: usize,
-    /// Highest log LSN written by this connection and not yet known durable (0 = none).
-    pending_lsn: u64,
+    /// The writes whose replies are in `output` (or were `noreply`): safe before it is written.
+    unacked: Ticket,
+    /// Writes acknowledged and perhaps not durable yet (async mode): what `mn` fences.
+    unfenced: Ticket,
 }
 
 /// Why a connection stops.
@@ -62,7 +68,8 @@ pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<
         input: Vec::with_capacity(READ_CHUNK),
         output: Vec::with_capacity(READ_CHUNK),
         swallow: 0,
-        pending_lsn: 0,
+        unacked: Ticket::NONE,
+        unfenced: Ticket::NONE,
     };
     loop {
         let flow = match answer_batch(&ctx, &mut c).await {
@@ -97,38 +104,50 @@ pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<
     }
 }
 
-/// Waits until `lsn` is durable; false if it never will be (the log failed).
-async fn wait_durable(ctx: &Ctx, lsn: u64) -> bool {
-    if lsn == u64::MAX {
-        return false;
-    }
-    if let Some(p) = &ctx.persist {
-        if p.durable_lsn() >= lsn {
-            return true;
-        }
-        // In async mode this makes the syncer write now rather than at its next interval.
-        p.request_durable(lsn);
-    }
-    ctx.durable.wait(lsn).await
-}
+/// The reply when writes cannot be made safe; the connection is closed after it.
+const NOT_SAFE: &[u8] =
+    b"SERVER_ERROR persistence failure: the write could not be made durable\r\n";
 
-/// Writes the output; in sync mode (or after a failed append) it first waits until this
-/// connection's writes are durable. If they cannot be, the replies are replaced by an error
-/// and the connection ends: nothing is acknowledged that is not on disk.
+/// Writes the output, once the writes it answers are safe (see the module doc). If they
+/// cannot be, the replies are replaced by an error and the connection ends: nothing is
+/// acknowledged that is not safe.
 async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
-    if c.pending_lsn == u64::MAX || (c.pending_lsn > 0 && ctx.mode() == Mode::Sync) {
-        if !wait_durable(ctx, c.pending_lsn).await {
+    if !c.unacked.is_empty() {
+        let safe = match &ctx.persist {
+            Some(p) => p.acknowledged(c.unacked).await.is_ok(),
+            None => true,
+        };
+        if !safe {
             c.output.clear();
-            c.output.extend_from_slice(
-                b"SERVER_ERROR persistence failure: the write could not be made durable\r\n",
-            );
+            c.output.extend_from_slice(NOT_SAFE);
             let _ = c.stream.write_all(&c.output).await;
             let _ = c.stream.flush().await;
             return Err(Stop::Closed);
         }
-        c.pending_lsn = 0;
+        c.unfenced = c.unfenced.merge(c.unacked);
+        c.unacked = Ticket::NONE;
     }
     write(ctx, c).await
+}
+
+/// `mn`: every earlier write of this connection is durable, whatever the mode.
+async fn fence(ctx: &Ctx, c: &mut Conn) -> bool {
+    let durable = match &ctx.persist {
+        Some(p) => p.durable(c.unfenced).await.is_ok(),
+        None => true,
+    };
+    c.unfenced = Ticket::NONE;
+    durable
+}
+
+/// Before a write: parks while the log's buffer is full (backpressure); other connections
+/// are served meanwhile.
+async fn room_for_a_write(ctx: &Ctx) {
+    if let Some(p) = &ctx.persist {
+        if !p.has_room() {
+            p.room().await;
+        }
+    }
 }
 
 async fn write(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
@@ -143,10 +162,9 @@ async fn write(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
     Ok(())
 }
 
-/// Notes the log position of the request just executed.
+/// Adds the writes of the request just executed to what the output waits for.
 fn note_writes(c: &mut Conn) {
-    let lsn = cairn_persist::take_pending_lsn();
-    c.pending_lsn = c.pending_lsn.max(lsn);
+    c.unacked = c.unacked.merge(take_ticket());
 }
 
 /// memcached's ASCII authentication (`-Y`): the first command must be a `set` whose data is
@@ -180,7 +198,7 @@ fn authenticate(ctx: &Ctx, c: &mut Conn, request: Request) {
 async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
     let mut start = 0;
     // Clear whatever an earlier task on this thread left behind.
-    cairn_persist::take_pending_lsn();
+    take_ticket();
     let flow = loop {
         if c.swallow > 0 {
             let n = c.swallow.min(c.input.len() - start);
@@ -199,6 +217,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                     continue;
                 }
                 if cmd::is_write(&request) {
+                    room_for_a_write(ctx).await;
                     if let Some(why) = ctx.write_refusal() {
                         c.output.extend_from_slice(b"SERVER_ERROR writes refused: ");
                         c.output
@@ -225,16 +244,16 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                         }
                         cmd::get::end(&mut c.output);
                     }
-                    Request::Meta(m) if m.cmd == MetaCmd::Noop && c.pending_lsn > 0 => {
+                    Request::Meta(m)
+                        if m.cmd == MetaCmd::Noop
+                            && !(c.unacked.is_empty() && c.unfenced.is_empty()) =>
+                    {
                         // The durability fence: MN only once this connection's writes are on disk.
                         flush(ctx, c).await?;
-                        if c.pending_lsn > 0 && !wait_durable(ctx, c.pending_lsn).await {
-                            c.output.extend_from_slice(
-                                b"SERVER_ERROR persistence failure: the write could not be made durable\r\n",
-                            );
+                        if !fence(ctx, c).await {
+                            c.output.extend_from_slice(NOT_SAFE);
                             break Flow::Close;
                         }
-                        c.pending_lsn = 0;
                         c.output.extend_from_slice(b"MN\r\n");
                     }
                     Request::Admin { words } => cmd::admin::run(ctx, &words, &mut c.output).await,

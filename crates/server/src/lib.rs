@@ -18,13 +18,12 @@ pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod conns;
-pub mod durable;
 pub mod flash;
 pub mod metrics;
 pub mod server;
 pub mod stats;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +31,9 @@ use cairn_persist::{Mode, PersistConfig, Persistence};
 use cairn_store::Store;
 
 pub use config::Config;
+
+/// The test switch of [`Ctx::open`]: a slow log disk.
+pub const TEST_SYNC_DELAY_ENV: &str = "CAIRN_TEST_LOG_SYNC_DELAY_MS";
 
 /// The version reported by `version` and `stats`.
 pub const VERSION: &str = concat!("1.6.21-cairn-", env!("CARGO_PKG_VERSION"));
@@ -42,12 +44,9 @@ pub struct Ctx {
     pub store: Arc<Store>,
     /// The flash tier RAM evictions go to, if one is configured.
     pub flash: Option<Arc<cairn_flash::Flash>>,
-    /// Command log and checkpoints; None in `off` mode.
+    /// Command log and checkpoints; None in `off` mode. Connections go through its one
+    /// durability path (`room`, then `acknowledged`) for every write.
     pub persist: Option<Arc<Persistence>>,
-    /// Connections waiting for their writes to be durable, woken by the log's syncer.
-    pub durable: Arc<durable::DurableWaiters>,
-    /// Set when the log failed (fdatasync error, full disk): writes are refused from then on.
-    pub writes_refused: Arc<AtomicBool>,
     /// Settings in force (fixed after start).
     pub config: Config,
     /// Limits handed to the parser, derived from `config`.
@@ -89,8 +88,29 @@ fn shard_count(memory_limit_mb: u64) -> usize {
 impl Ctx {
     /// Builds the shared state from settings, recovering the store from disk unless
     /// persistence is off. Blocking: call it before serving.
+    ///
+    /// A test switch, not a setting: with the environment variable
+    /// `CAIRN_TEST_LOG_SYNC_DELAY_MS=N`, every fdatasync of the log (and every durable write)
+    /// takes N ms longer once recovery is done: a slow or hung log disk on the real file
+    /// system (`cairn_wal::DelayedSyncFs`), for the tests that check reads never wait for it.
     pub fn open(config: Config) -> Result<Arc<Ctx>, String> {
-        Ctx::open_on(config, Arc::new(cairn_wal::RealFs))
+        let delay = std::env::var(TEST_SYNC_DELAY_ENV)
+            .ok()
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("refusing to start: {TEST_SYNC_DELAY_ENV}={v:?}"))
+            })
+            .transpose()?;
+        let Some(ms) = delay else {
+            return Ctx::open_on(config, Arc::new(cairn_wal::RealFs));
+        };
+        tracing::warn!(
+            "{TEST_SYNC_DELAY_ENV}={ms}: every log fdatasync is delayed (a test switch)"
+        );
+        let fs = cairn_wal::DelayedSyncFs::new(Arc::new(cairn_wal::RealFs));
+        let ctx = Ctx::open_on(config, Arc::new(fs.clone()))?;
+        fs.set_delay(std::time::Duration::from_millis(ms));
+        Ok(ctx)
     }
 
     /// [`Ctx::open`] with the snapshots and the log on `fs` (a fault-injecting one in tests).
@@ -119,8 +139,7 @@ impl Ctx {
             // Flash entries are recorded by hash bits, so the seed is the device's.
             hash_seed: flash.as_ref().map(|f| f.hash_seed()),
         };
-        let writes_refused = Arc::new(AtomicBool::new(false));
-        let (store, persist, durable) = match config.mode() {
+        let (store, persist) = match config.mode() {
             Mode::Off => (
                 Arc::new(Store::with_flash(
                     store_config,
@@ -128,8 +147,6 @@ impl Ctx {
                     flash.clone().map(|f| f as Arc<dyn cairn_store::FlashTier>),
                 )),
                 None,
-                // Never waited on: nothing is logged.
-                Arc::new(durable::DurableWaiters::new(0)),
             ),
             mode => {
                 let p = Persistence::open(
@@ -151,19 +168,7 @@ impl Ctx {
                 )
                 .map_err(|e| format!("refusing to start: recovery failed: {e}"))?;
                 let p = Arc::new(p);
-                let durable = Arc::new(durable::DurableWaiters::new(p.durable_lsn()));
-                let refused = Arc::clone(&writes_refused);
-                let waiters = Arc::clone(&durable);
-                p.on_durable(Box::new(move |r| match r {
-                    Ok(lsn) => waiters.advance(lsn),
-                    Err(e) => {
-                        tracing::error!("command log failed, refusing writes from now on: {e}");
-                        refused.store(true, Ordering::SeqCst);
-                        // Wake every waiter so it sees the refusal.
-                        waiters.fail();
-                    }
-                }));
-                (p.store(), Some(p), durable)
+                (p.store(), Some(p))
             }
         };
         if let Some(f) = &flash {
@@ -178,8 +183,6 @@ impl Ctx {
             store,
             flash,
             persist,
-            durable,
-            writes_refused,
             limits,
             counters: stats::Counters::default(),
             latency: metrics::Latency::default(),
@@ -236,17 +239,9 @@ impl Ctx {
         self.persist.as_ref().map_or(Mode::Off, |p| p.mode())
     }
 
-    /// Why writes are refused right now, if they are.
+    /// Why writes are refused right now (the log failed), if they are.
     pub fn write_refusal(&self) -> Option<String> {
-        if !self.writes_refused.load(Ordering::Relaxed) {
-            return None;
-        }
-        Some(
-            self.persist
-                .as_ref()
-                .and_then(|p| p.write_refusal())
-                .unwrap_or_else(|| "the command log failed".into()),
-        )
+        self.persist.as_ref().and_then(|p| p.write_refusal())
     }
 }
 

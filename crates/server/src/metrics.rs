@@ -106,7 +106,8 @@ struct Buckets {
 }
 
 /// Command latency by family: the time from a parsed request to its reply in the output
-/// buffer (the wait for the log in SYNC mode is `cairn_fdatasync_seconds`'s).
+/// buffer (the wait for the log in SYNC mode is `cairn_log_dsync_write_seconds`'s, or
+/// `cairn_log_write_seconds` + `cairn_fdatasync_seconds` without O_DIRECT).
 #[derive(Default)]
 pub struct Latency {
     families: [Buckets; Family::ALL.len()],
@@ -204,27 +205,41 @@ impl prometheus_client::collector::Collector for CtxCollector {
 
         if let Some(p) = &ctx.persist {
             let log = p.log_stats();
-            let h = &log.fsync_latency_us;
             let bounds_us = [
                 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 10e3, 20e3, 50e3, 100e3, 200e3, 500e3,
                 1e6, 2e6, 5e6,
             ];
             let bounds_s = bounds_us.map(|us| us / 1e6);
-            let buckets = histogram_buckets(
-                &bounds_s,
-                |i| h.count_between(0, bounds_us[i] as u64),
-                h.len(),
-            );
-            let mut m = enc.encode_descriptor(
-                "fdatasync_seconds",
-                "Write + fdatasync of each command log batch.",
-                None,
-                MetricType::Histogram,
-            )?;
-            let sum = h.mean() * h.len() as f64 / 1e6;
-            m.encode_histogram::<NoLabelSet>(sum, h.len(), &buckets, None)?;
+            // Each call of the log timed alone (see `stats persistence`).
+            for (h, name, help) in [
+                (
+                    &log.histograms.fdatasync_us,
+                    "fdatasync_seconds",
+                    "Each fdatasync of the command log, the call alone.",
+                ),
+                (
+                    &log.histograms.dsync_write_us,
+                    "log_dsync_write_seconds",
+                    "Each pwritev2(RWF_DSYNC) of a command log batch (sync mode with O_DIRECT): \
+                     the write and the disk's cache flush in one call.",
+                ),
+                (
+                    &log.histograms.write_us,
+                    "log_write_seconds",
+                    "Each plain write of a command log batch, the call alone.",
+                ),
+            ] {
+                let buckets = histogram_buckets(
+                    &bounds_s,
+                    |i| h.count_between(0, bounds_us[i] as u64),
+                    h.len(),
+                );
+                let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+                let sum = h.mean() * h.len() as f64 / 1e6;
+                m.encode_histogram::<NoLabelSet>(sum, h.len(), &buckets, None)?;
+            }
 
-            let h = &log.batch_bytes;
+            let h = &log.histograms.batch_bytes;
             let bounds = [
                 512.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
             ];

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cairn_server::config::Config;
 use cairn_server::Ctx;
-use cairn_wal::fault::{FaultyFs, Op};
+use cairn_testkit::{FaultyFs, Op};
 use common::{Conn, InProcess};
 
 /// A sync-mode server on `fs`, served in this process until the value is dropped.

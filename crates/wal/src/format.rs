@@ -4,7 +4,7 @@
 //! segment file "<first_lsn, 20 digits>.wal", preallocated; all integers little-endian
 //!   header, 40 bytes:
 //!     0  magic       8  b"CAIRNWAL"
-//!     8  version     4  2 (1 is still read: the same bytes without write-start flags)
+//!     8  version     4  2 (1 is still read: the same bytes without sync-start flags)
 //!    12  reserved    4  0
 //!    16  log_id      8  random, chosen when the log was created; every segment of a log has it
 //!    24  first_lsn   8  LSN of the segment's first record (also its file name)
@@ -13,9 +13,10 @@
 //!   records from offset 40, back to back:
 //!     0  len         4  payload length
 //!     4  lsn         8  this record's LSN (the previous one + 1) in bits 0..63; bit 63 is
-//!                       the write-start flag: set on the first record of each write
+//!                       the sync-start flag: set on the first record of the first write
+//!                       after an fdatasync (in sync mode: of every write)
 //!    12  crc         4  CRC32C over log_id (8 bytes), then bytes 0..12 of this record with
-//!                       the write-start flag cleared, then the payload
+//!                       the sync-start flag cleared, then the payload
 //!    16  payload   len
 //!   after the last record: the end marker, 16 zero bytes (a record header of zeros). Every
 //!     write of records carries one after them; the next write starts on top of it. Past
@@ -38,23 +39,24 @@
 //! above the last good one). Records a crash left past the end of the newest segment, whose
 //! LSNs will be handed out again, are zeroed on open (`recovery::clear_after_end`).
 //!
-//! The write-start flag lets recovery tell a torn last write from damage to an earlier one.
-//! Writes go one after another, each only after the one before it was synced, and a disk may
-//! persist the pages of an unsynced write in any order. So when a bad record is followed by
-//! valid ones, those are the rest of the same, unsynced write if none of them starts a write;
-//! if one does, the bad record lies in a write that was synced before it, and that is damage.
-//! The flag is outside the CRC so that the syncer can set it on an already framed record; a
-//! flipped flag can only change that decision, never what a record holds.
+//! The sync-start flag lets recovery tell a torn tail from damage to synced records. Writes go
+//! one after another; the writes since the last fdatasync (one in sync mode, several in async
+//! mode) are the unsynced group, and a disk may persist their pages in any order. So when a
+//! bad record is followed by valid ones, those belong to the same unsynced group if none of
+//! them starts a group; if one does, an fdatasync came between, the bad record had been
+//! synced, and that is damage. The flag is outside the CRC so that the syncer can set it on
+//! an already framed record; a flipped flag can only change that decision, never what a
+//! record holds.
 
 /// Magic of a segment file.
 pub const MAGIC: &[u8; 8] = b"CAIRNWAL";
 /// Format version written by this code.
 pub const VERSION: u32 = 2;
-/// Oldest format version read: version 1 has no write-start flags (every record may start a
-/// write, as far as recovery knows).
+/// Oldest format version read: version 1 has no sync-start flags (every record may start a
+/// group, as far as recovery knows).
 pub const MIN_VERSION: u32 = 1;
-/// Bit of the LSN field that marks the first record of a write.
-const WRITE_START: u64 = 1 << 63;
+/// Bit of the LSN field that marks the first record written after an fdatasync.
+const SYNC_START: u64 = 1 << 63;
 /// Bytes of the segment header.
 pub const HEADER_LEN: usize = 40;
 /// Bytes of a record header.
@@ -114,39 +116,52 @@ impl SegmentHeader {
     }
 }
 
-/// The CRC of a record: `head` is its first 12 bytes, taken with the write-start flag cleared.
-fn record_crc(log_id: u64, head: &[u8], payload: &[u8]) -> u32 {
+/// The CRC of a record: `head` is its first 12 bytes, taken with the sync-start flag cleared;
+/// the payload is `parts`, back to back.
+fn record_crc(log_id: u64, head: &[u8], parts: &[&[u8]]) -> u32 {
     let mut h = [0u8; 12];
     h.copy_from_slice(&head[..12]);
     h[11] &= 0x7f;
     let crc = crc32c::crc32c(&log_id.to_le_bytes());
     let crc = crc32c::crc32c_append(crc, &h);
-    crc32c::crc32c_append(crc, payload)
+    parts
+        .iter()
+        .fold(crc, |crc, p| crc32c::crc32c_append(crc, p))
 }
 
-/// Sets the write-start flag of the record at the start of `b`.
-pub fn mark_write_start(b: &mut [u8]) {
+/// Sets the sync-start flag of the record at the start of `b`.
+pub fn mark_sync_start(b: &mut [u8]) {
     b[11] |= 0x80;
 }
 
-/// Whether the record at the start of `b` (one that decodes) carries the write-start flag.
-pub fn starts_write(b: &[u8]) -> bool {
+/// Whether the record at the start of `b` (one that decodes) carries the sync-start flag.
+pub fn starts_sync_group(b: &[u8]) -> bool {
     b[11] & 0x80 != 0
 }
 
 /// Appends one framed record to `out`.
 pub fn encode_record(out: &mut Vec<u8>, log_id: u64, lsn: u64, payload: &[u8]) {
+    encode_record_parts(out, log_id, lsn, &[payload]);
+}
+
+/// Appends one framed record whose payload is `parts` back to back: each part is copied once,
+/// into `out`.
+pub fn encode_record_parts(out: &mut Vec<u8>, log_id: u64, lsn: u64, parts: &[&[u8]]) {
     assert!(
-        lsn > 0 && lsn & WRITE_START == 0,
+        lsn > 0 && lsn & SYNC_START == 0,
         "LSNs start at 1 and stay below 2^63"
     );
-    let len = u32::try_from(payload.len()).expect("record size checked by the caller");
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(len).expect("record size checked by the caller");
     let start = out.len();
+    out.reserve(RECORD_HEADER_LEN + len as usize);
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&lsn.to_le_bytes());
-    let crc = record_crc(log_id, &out[start..start + 12], payload);
+    let crc = record_crc(log_id, &out[start..start + 12], parts);
     out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(payload);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
 }
 
 /// Decodes the record at the start of `b`: (lsn, payload range within `b`, total length).
@@ -163,14 +178,14 @@ pub fn decode_record(b: &[u8], log_id: u64) -> Result<(u64, std::ops::Range<usiz
         return Err(Bad::End);
     }
     let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
-    let lsn = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes")) & !WRITE_START;
+    let lsn = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes")) & !SYNC_START;
     let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
     let total = RECORD_HEADER_LEN + len;
     if b.len() < total {
         return Err(Bad::Short);
     }
     let payload = RECORD_HEADER_LEN..total;
-    if record_crc(log_id, &head[0..12], &b[payload.clone()]) != crc {
+    if record_crc(log_id, &head[0..12], &[&b[payload.clone()]]) != crc {
         return Err(Bad::Checksum);
     }
     Ok((lsn, payload, total))
@@ -224,13 +239,13 @@ mod tests {
         assert_eq!(decode_record(&b[..20], 7), Err(Bad::Short));
         assert_eq!(decode_record(&[0u8; 40], 7), Err(Bad::End));
         let mut marked = b.clone();
-        mark_write_start(&mut marked);
+        mark_sync_start(&mut marked);
         assert_eq!(
             decode_record(&marked, 7),
             Ok((1, 16..21, 21)),
             "flag outside the CRC"
         );
-        assert!(starts_write(&marked) && !starts_write(&b));
+        assert!(starts_sync_group(&marked) && !starts_sync_group(&b));
         let mut flipped = b.clone();
         flipped[5] ^= 1;
         assert_eq!(

@@ -217,3 +217,108 @@ impl FileSystem for RealFs {
         std::fs::create_dir_all(dir)
     }
 }
+
+/// A file system whose fdatasyncs (and durable writes) take `delay` longer than the one it
+/// wraps: a slow or hung log disk, for tests of the real server (the `cairn` binary turns it
+/// on from an environment variable that `--help` does not show). Everything else is passed
+/// through. The delay can be changed at any time; it starts at zero, so that opening and
+/// recovering are not slowed down.
+#[derive(Clone)]
+pub struct DelayedSyncFs {
+    inner: std::sync::Arc<dyn FileSystem>,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl DelayedSyncFs {
+    pub fn new(inner: std::sync::Arc<dyn FileSystem>) -> DelayedSyncFs {
+        DelayedSyncFs {
+            inner,
+            delay_ms: Default::default(),
+        }
+    }
+
+    /// From now on every fdatasync (and durable write) sleeps `delay` first.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.delay_ms.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    fn wrap(&self, file: Box<dyn LogFile>) -> Box<dyn LogFile> {
+        Box::new(DelayedFile {
+            inner: file,
+            delay_ms: std::sync::Arc::clone(&self.delay_ms),
+        })
+    }
+}
+
+struct DelayedFile {
+    inner: Box<dyn LogFile>,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl DelayedFile {
+    fn delay(&self) {
+        let ms = self.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+        if ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+}
+
+impl LogFile for DelayedFile {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_at(offset, buf)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.delay();
+        self.inner.sync_data()
+    }
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.inner.write_vectored_at(offset, bufs)
+    }
+    fn write_at_durable(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.delay();
+        self.inner.write_at_durable(offset, buf)
+    }
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn will_need(&self) {
+        self.inner.will_need()
+    }
+}
+
+impl FileSystem for DelayedSyncFs {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        Ok(self.wrap(self.inner.create(path)?))
+    }
+    fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        Ok(self.wrap(self.inner.open(path)?))
+    }
+    fn open_direct(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        Ok(self.wrap(self.inner.open_direct(path)?))
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        self.inner.list(dir)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+}

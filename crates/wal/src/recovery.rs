@@ -145,12 +145,13 @@ where
     }
 }
 
-/// Whether a later write follows the bad record at `from`: a record that decodes anywhere
-/// past it with LSN > `after_lsn` and (with `flags`, format 2) the write-start flag. If only
-/// records of the same write follow, that write was torn by a crash before its fdatasync
-/// returned (pages persist in any order); if a later write follows, the damaged one had been
-/// synced. Without flags (format 1) any later record counts, as every one might start a write.
-fn later_write_after(
+/// Whether a later sync group follows the bad record at `from`: a record that decodes
+/// anywhere past it with LSN > `after_lsn` and (with `flags`, format 2) the sync-start flag.
+/// If only records of the same unsynced group follow, its writes were torn by a crash before
+/// their fdatasync returned (pages persist in any order); if a later group follows, an
+/// fdatasync covered the damaged record. Without flags (format 1) any later record counts, as
+/// every one might start a group.
+fn later_sync_group_after(
     file: &dyn LogFile,
     path: &Path,
     log_id: u64,
@@ -169,7 +170,7 @@ fn later_write_after(
     rest.truncate(n);
     Ok(
         (0..rest.len()).any(|p| match format::decode_record(&rest[p..], log_id) {
-            Ok((lsn, _, _)) => lsn > after_lsn && (!flags || format::starts_write(&rest[p..])),
+            Ok((lsn, _, _)) => lsn > after_lsn && (!flags || format::starts_sync_group(&rest[p..])),
             Err(_) => false,
         }),
     )
@@ -195,10 +196,10 @@ fn zero_range(file: &dyn LogFile, path: &Path, from: u64, to: u64) -> Result<(),
 }
 
 /// After a clean end in the newest segment: zeros whatever follows the end marker within
-/// `window` bytes (the most one write can span), if anything does.
+/// `window` bytes (the most the writes since one fdatasync can span), if anything does.
 ///
-/// A crash can leave later pages of the last, unacknowledged write on disk without its first
-/// ones: valid records past the end, with LSNs the log will hand out again. They are never
+/// A crash can leave later pages of the unsynced writes on disk without their first ones:
+/// valid records past the end, with LSNs the log will hand out again. They are never
 /// read (the scan stops at the end), but left there they could later pass for "a valid record
 /// after a bad one" and make a torn tail look like corruption; in a reused file they could
 /// also carry LSNs above a later first LSN. Old records of a reused file are cleared too.
@@ -288,7 +289,8 @@ fn remove_spares(fs: &dyn FileSystem, dir: &Path) -> Result<usize, WalError> {
 
 /// Finds the end of the log in `dir` (None if there is no segment yet).
 ///
-/// `write_window` is the most bytes one write of the log can span (see [`clear_after_end`]).
+/// `write_window` is the most bytes the writes between two fdatasyncs can span (see
+/// [`clear_after_end`]).
 pub(crate) fn recover(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -344,7 +346,7 @@ pub(crate) fn recover(
         if let Some((offset, why)) = end.bad {
             let torn_tail = is_last
                 && mode == RecoveryMode::TolerateTornTail
-                && !later_write_after(
+                && !later_sync_group_after(
                     file.as_ref(),
                     &path,
                     h.log_id,

@@ -1,147 +1,328 @@
-//! Threads blocked in `Log::wait_durable`, each woken once, when its own LSN is durable.
+//! Waiting for the log: the one registry of waiters, used by threads and async tasks alike.
 //!
 //! ```text
-//!   appender:  register(lsn) ──> durable >= lsn? leave : park ──> (woken) look again
-//!              leave(key, durable): drop its own entry if still there, pass the wake on
-//!   syncer:    durable_lsn = n ──> wake_some(n): unpark the first FAN_OUT threads at <= n
-//!              stops (poisoned, closed, panicked) ──> wake_all
+//!   waiter:  Reach(mark, lsn).poll ──> mark >= lsn? Ready : register (lsn, waker) ──> Pending
+//!            done or dropped: leave ──> drop its own entry, pass the wake on to FAN_OUT more
+//!   syncer:  mark.advance(n) ──> wake the first FAN_OUT entries at <= n (each is removed)
+//!            log stops (poisoned, closed, panicked) ──> wake_all: each sees the stop
+//!   thread:  block_on(Reach) = poll with a waker that unparks the thread, park, poll again
 //! ```
 //!
-//! The wake-ups fan out: the syncer unparks only a few threads and goes back to writing the
-//! next batch, and each woken thread unparks a few more. With 64 threads on 2 cores, durable
-//! 100-byte appends per second (`cairn-wal-bench --sizes=100`, three runs each, buffered and
-//! O_DIRECT): fan-out 2: 169-210K; 8: 196-233K; 64 (the syncer wakes everyone): 188-218K;
-//! a condition variable on the state lock, before this registry: 86-145K.
+//! The log has three watermarks, each with its own registry of this one kind (see
+//! [`crate::Log`]): *taken* (the syncer took the records up to here: room for more appends),
+//! *written* (handed to the kernel: survives a crash of this process) and *durable*
+//! (fdatasync'd: survives a power loss). A waiter is an entry keyed by (LSN waited for,
+//! arrival number) holding a [`Waker`]: an async task's own, or one that unparks a blocked
+//! thread ([`block_on`]). Each waiter is woken once, when its own LSN is covered, instead of
+//! every waiter on every batch: with group commit most of them belong to the next batch.
 //!
-//! A condition variable on the log's state lock would wake every blocked thread on every
-//! fdatasync, and each would take the state lock that appenders and the syncer need. Here a
-//! thread sleeps until the batch holding its record is durable, and the registry has its own
-//! lock. Every entry belongs to a thread that is still waiting (one that returns without being
-//! woken removes its own), so each wake reaches a thread that passes it on. A wake that comes
-//! after a thread found its LSN durable on its own is harmless: `park` may return early
-//! anyway, so a waiter always looks again.
+//! The wake-ups fan out: the syncer wakes only a few waiters and goes back to the next batch;
+//! each woken waiter, once it has seen its LSN covered, wakes a few more. Measured with 64
+//! threads on 2 cores, durable 100-byte appends per second (`cairn-wal-bench --sizes=100`,
+//! three runs each, buffered and O_DIRECT, on the thread-only registry this one replaced):
+//! fan-out 2: 169-210K; 8: 196-233K; 64 (the syncer wakes everyone): 188-218K; a condition
+//! variable on the state lock: 86-145K.
+//!
+//! Every entry belongs to a waiter that has not finished (one that finishes or is dropped
+//! removes its own entry and passes the wake on), so each wake reaches someone who passes it
+//! on. A wake that comes after a waiter found its LSN covered on its own is harmless: a waiter
+//! always looks at the mark again.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
 use parking_lot::Mutex;
 
 use crate::Lsn;
 
-/// Threads each waker unparks (see the module doc).
+/// Waiters each waker wakes (see the module doc).
 pub const FAN_OUT: usize = 8;
 
-#[derive(Default)]
-pub(crate) struct Waiters {
-    inner: Mutex<Inner>,
+/// A key of the registry: (LSN waited for, arrival number).
+type Key = (Lsn, u64);
+
+/// An LSN that only grows, and the waiters parked until it reaches theirs.
+pub(crate) struct Watermark {
+    value: AtomicU64,
+    waiters: Mutex<Registry>,
 }
 
 #[derive(Default)]
-struct Inner {
-    /// By (LSN waited for, arrival number): the ones a durable LSN covers are a prefix.
-    waiting: BTreeMap<(Lsn, u64), Thread>,
+struct Registry {
+    /// By key: the entries a mark covers are a prefix.
+    waiting: BTreeMap<Key, Waker>,
+    /// Arrival counter that keeps keys unique.
     seq: u64,
 }
 
-impl Waiters {
-    /// Registers the current thread as waiting for `lsn`; returns its key for [`Self::leave`].
-    /// The caller then checks the durable LSN itself before parking, so a wake that came
-    /// first is not missed.
-    pub fn register(&self, lsn: Lsn) -> (Lsn, u64) {
-        let mut g = self.inner.lock();
+impl Watermark {
+    pub fn new(value: Lsn) -> Watermark {
+        Watermark {
+            value: AtomicU64::new(value),
+            waiters: Mutex::new(Registry::default()),
+        }
+    }
+
+    pub fn get(&self) -> Lsn {
+        self.value.load(Ordering::Acquire)
+    }
+
+    /// Raises the mark to `to` (never lowers it) and wakes up to [`FAN_OUT`] covered waiters.
+    pub fn advance(&self, to: Lsn) {
+        let now = self.value.fetch_max(to, Ordering::AcqRel).max(to);
+        self.wake(None, now);
+    }
+
+    /// Registers a waiter for `lsn`; the caller looks at the mark again afterwards, so a wake
+    /// that came first is not missed.
+    fn register(&self, lsn: Lsn, waker: &Waker) -> Key {
+        let mut g = self.waiters.lock();
         g.seq += 1;
         let key = (lsn, g.seq);
-        g.waiting.insert(key, std::thread::current());
+        g.waiting.insert(key, waker.clone());
         key
     }
 
-    /// A waiter whose LSN is durable is done: drops its entry (if no wake took it already)
-    /// and passes the wake-up on to up to [`FAN_OUT`] others.
-    pub fn leave(&self, key: (Lsn, u64), durable: Lsn) {
-        self.wake(Some(key), durable);
+    /// A waiter polled again: keeps its entry with the waker of this poll.
+    fn renew(&self, key: Key, waker: &Waker) {
+        let mut g = self.waiters.lock();
+        match g.waiting.get_mut(&key) {
+            Some(w) if w.will_wake(waker) => {}
+            Some(w) => *w = waker.clone(),
+            None => {
+                g.waiting.insert(key, waker.clone());
+            }
+        }
     }
 
-    /// Wakes up to [`FAN_OUT`] of the threads waiting for an LSN <= `durable` (each is
-    /// removed); every thread that returns from a wait passes the wake on, so all are woken.
-    pub fn wake_some(&self, durable: Lsn) {
-        self.wake(None, durable);
+    /// A waiter is done (or gone): drops its entry if a wake did not take it already, and
+    /// passes the wake on to up to [`FAN_OUT`] covered others.
+    fn leave(&self, key: Key) {
+        self.wake(Some(key), self.get());
     }
 
-    fn wake(&self, leaving: Option<(Lsn, u64)>, durable: Lsn) {
-        let mut ready = Vec::with_capacity(FAN_OUT);
+    fn wake(&self, leaving: Option<Key>, mark: Lsn) {
+        let mut ready: [Option<Waker>; FAN_OUT] = Default::default();
         {
-            let mut g = self.inner.lock();
+            let mut g = self.waiters.lock();
             if let Some(key) = leaving {
                 g.waiting.remove(&key);
             }
-            while ready.len() < FAN_OUT {
+            for slot in ready.iter_mut() {
                 match g.waiting.first_entry() {
-                    Some(e) if e.key().0 <= durable => ready.push(e.remove()),
+                    Some(e) if e.key().0 <= mark => *slot = Some(e.remove()),
                     _ => break,
                 }
             }
         }
-        for t in ready {
-            t.unpark();
+        for w in ready.into_iter().flatten() {
+            w.wake();
         }
     }
 
-    /// Wakes every waiting thread: the log stopped.
+    /// Wakes every waiter: the log stopped, and each sees it.
     pub fn wake_all(&self) {
-        let all = std::mem::take(&mut self.inner.lock().waiting);
-        for t in all.into_values() {
-            t.unpark();
+        let all = std::mem::take(&mut self.waiters.lock().waiting);
+        for w in all.into_values() {
+            w.wake();
         }
+    }
+
+    /// Waiters registered now.
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        self.waiters.lock().waiting.len()
+    }
+}
+
+/// Where a [`Reach`] looks for whether the log stopped, and why.
+pub(crate) trait Stopped: Send + Sync {
+    /// `Some(error)` once nothing more will advance (the log was poisoned or closed).
+    fn stopped(&self) -> Option<crate::WalError>;
+    /// Asks for `lsn` to be made durable soon (async mode fdatasyncs early for a waiter).
+    fn request_durable(&self, _lsn: Lsn) {}
+}
+
+/// A future that resolves once a watermark reaches an LSN, or with the error that stopped
+/// the log first. Cheap when already reached: no lock is taken. Dropping it is always safe.
+#[must_use = "a Reach does nothing unless awaited (or passed to block_on)"]
+pub struct Reach<'a> {
+    pub(crate) mark: &'a Watermark,
+    pub(crate) log: &'a dyn Stopped,
+    pub(crate) lsn: Lsn,
+    /// Call [`Stopped::request_durable`] when the waiter first has to wait.
+    pub(crate) asks_durable: bool,
+    pub(crate) key: Option<Key>,
+}
+
+impl Future for Reach<'_> {
+    type Output = Result<(), crate::WalError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.mark.get() >= this.lsn {
+            return Poll::Ready(this.finish());
+        }
+        match this.key {
+            Some(key) => this.mark.renew(key, cx.waker()),
+            None => {
+                this.key = Some(this.mark.register(this.lsn, cx.waker()));
+                if this.asks_durable {
+                    this.log.request_durable(this.lsn);
+                }
+            }
+        }
+        // Look again after registering: an advance or a stop just before is not missed.
+        if this.mark.get() >= this.lsn {
+            return Poll::Ready(this.finish());
+        }
+        if let Some(e) = this.log.stopped() {
+            // The last advance may have come with the stop.
+            let reached = this.mark.get() >= this.lsn;
+            this.finish().ok();
+            return Poll::Ready(if reached { Ok(()) } else { Err(e) });
+        }
+        Poll::Pending
+    }
+}
+
+impl Reach<'_> {
+    /// Leaves the registry (passing the wake on).
+    fn finish(&mut self) -> Result<(), crate::WalError> {
+        if let Some(key) = self.key.take() {
+            self.mark.leave(key);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reach<'_> {
+    fn drop(&mut self) {
+        // A waiter woken and then dropped before it passed the wake on must still pass it.
+        self.finish().ok();
+    }
+}
+
+/// Wakes a thread blocked in [`block_on`].
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `f` to completion on this thread, parking it while `f` waits. For the log's blocking
+/// calls ([`crate::Log::wait_durable`] and the like); never call it from an async task.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    #[derive(Default)]
+    struct Flag(AtomicBool);
+
+    impl Stopped for Flag {
+        fn stopped(&self) -> Option<crate::WalError> {
+            self.0
+                .load(Ordering::Acquire)
+                .then_some(crate::WalError::Closed)
+        }
+    }
+
+    fn reach<'a>(mark: &'a Watermark, log: &'a Flag, lsn: Lsn) -> Reach<'a> {
+        Reach {
+            mark,
+            log,
+            lsn,
+            asks_durable: false,
+            key: None,
+        }
+    }
 
     #[test]
     fn covered_threads_wake_each_other_and_no_other() {
-        let w = Arc::new(Waiters::default());
-        let durable = Arc::new(AtomicU64::new(0));
+        let mark = Arc::new(Watermark::new(0));
+        let flag = Arc::new(Flag::default());
         let spawn = |lsn: Lsn| {
-            let (w, durable) = (Arc::clone(&w), Arc::clone(&durable));
-            std::thread::spawn(move || {
-                let key = w.register(lsn);
-                while durable.load(Ordering::Acquire) < lsn {
-                    std::thread::park();
-                }
-                // What `Log::wait_durable` does on its way out.
-                w.leave(key, durable.load(Ordering::Acquire));
-            })
+            let (mark, flag) = (Arc::clone(&mark), Arc::clone(&flag));
+            std::thread::spawn(move || block_on(reach(&mark, &flag, lsn)))
         };
-        let early: Vec<_> = (1..=5).map(spawn).collect();
-        let late = spawn(9);
-        while w.inner.lock().waiting.len() < 6 {
+        let early: Vec<_> = (1..=20).map(spawn).collect();
+        let late = spawn(99);
+        while mark.waiting() < 21 {
             std::thread::yield_now();
         }
-        durable.store(5, Ordering::Release);
-        w.wake_some(5);
+        // The syncer wakes FAN_OUT; the woken pass it on until all 20 covered ones are out.
+        mark.advance(20);
         for t in early {
-            t.join().unwrap();
+            t.join().unwrap().unwrap();
         }
-        assert_eq!(w.inner.lock().waiting.len(), 1, "9 is still waiting");
+        assert_eq!(mark.waiting(), 1, "99 is still waiting");
         assert!(!late.is_finished());
-        durable.store(9, Ordering::Release);
-        w.wake_all();
-        late.join().unwrap();
+        flag.0.store(true, Ordering::Release);
+        mark.wake_all();
+        assert_eq!(late.join().unwrap(), Err(crate::WalError::Closed));
+    }
+
+    #[test]
+    fn a_waiter_dropped_after_its_wake_passes_it_on() {
+        let mark = Watermark::new(0);
+        let flag = Flag::default();
+        let noop = Waker::noop();
+        let mut cx = Context::from_waker(noop);
+        let mut waiters: Vec<_> = (1..=2 * FAN_OUT as Lsn)
+            .map(|lsn| Box::pin(reach(&mark, &flag, lsn)))
+            .collect();
+        for w in &mut waiters {
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+        }
+        mark.advance(2 * FAN_OUT as Lsn);
+        // The first FAN_OUT entries were taken by the wake; dropping those waiters unpolled
+        // must still take the rest out (each drop passes the wake on).
+        assert_eq!(mark.waiting(), FAN_OUT);
+        waiters.truncate(FAN_OUT);
+        drop(waiters);
+        assert_eq!(mark.waiting(), 0);
     }
 
     #[test]
     fn a_waiter_that_leaves_takes_its_entry_even_behind_a_full_fan_out() {
-        let w = Waiters::default();
-        let keys: Vec<_> = (1..=FAN_OUT as Lsn + 1)
-            .map(|lsn| w.register(lsn))
+        let mark = Watermark::new(0);
+        let flag = Flag::default();
+        let noop = Waker::noop();
+        let mut cx = Context::from_waker(noop);
+        let mut waiters: Vec<_> = (1..=FAN_OUT as Lsn + 1)
+            .map(|lsn| Box::pin(reach(&mark, &flag, lsn)))
             .collect();
-        // The last one found its LSN durable without being woken; the wake it passes on takes
-        // the FAN_OUT entries in front of it, and its own goes too.
-        w.leave(*keys.last().unwrap(), FAN_OUT as Lsn + 1);
-        assert!(w.inner.lock().waiting.is_empty());
+        for w in &mut waiters {
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+        }
+        // The mark moves without a wake (as between a store and its wake); the last waiter
+        // finds it covered on its own and takes the FAN_OUT entries in front of it too.
+        mark.value.store(FAN_OUT as Lsn + 1, Ordering::Release);
+        let mut last = waiters.pop().unwrap();
+        assert!(last.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(mark.waiting(), 0);
     }
 }

@@ -24,18 +24,23 @@ impl Server {
     /// is ready. Tests drive admin lines, so admin is on unless `args` say `--enable-admin false`
     /// (the last of a repeated flag wins).
     pub fn start(args: &[&str]) -> Server {
-        Server::start_fresh(args, Stdio::null())
+        Server::start_fresh(&[], args, Stdio::null())
     }
 
     /// [`Server::start`] with the server's log (stderr) readable from `child.stderr`.
     pub fn start_logging(args: &[&str]) -> Server {
-        Server::start_fresh(args, Stdio::piped())
+        Server::start_fresh(&[], args, Stdio::piped())
     }
 
-    fn start_fresh(args: &[&str], stderr: Stdio) -> Server {
+    /// [`Server::start`] with these environment variables set for the server process.
+    pub fn start_with_env(env: &[(&str, &str)], args: &[&str]) -> Server {
+        Server::start_fresh(env, args, Stdio::null())
+    }
+
+    fn start_fresh(env: &[(&str, &str)], args: &[&str], stderr: Stdio) -> Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
-        let mut s = Server::start_in_with(&dir, args, stderr);
+        let mut s = Server::spawn(&dir, env, args, stderr);
         s._tmp = Some(tmp);
         s
     }
@@ -44,10 +49,10 @@ impl Server {
     /// `args` name their own `--log-segment-mb N`, as two arguments (needed for items over
     /// 1 MiB).
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
-        Server::start_in_with(dir, args, Stdio::null())
+        Server::spawn(dir, &[], args, Stdio::null())
     }
 
-    fn start_in_with(dir: &std::path::Path, args: &[&str], stderr: Stdio) -> Server {
+    fn spawn(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str], stderr: Stdio) -> Server {
         let segments: &[&str] = if args.contains(&"--log-segment-mb") {
             &[]
         } else {
@@ -59,6 +64,7 @@ impl Server {
             .arg("--data-dir")
             .arg(dir)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
@@ -213,4 +219,21 @@ pub fn golden(conn: &mut Conn, table: &[(&str, &str)]) {
             "row {i}: request {request:?}"
         );
     }
+}
+
+/// A `stats persistence` field (asked without `Conn::exchange`, whose `mn` is a durability
+/// fence).
+pub fn persistence_stat(c: &mut Conn, name: &str) -> String {
+    c.send(b"stats persistence\r\n");
+    let stats = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+        .to_string()
+}
+
+/// A `stats persistence` field that is a number.
+pub fn persistence_number(c: &mut Conn, name: &str) -> u64 {
+    persistence_stat(c, name).trim().parse().unwrap()
 }

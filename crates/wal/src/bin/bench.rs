@@ -8,8 +8,10 @@
 //!              file (what the log does to a ZeroFill segment), buffered and O_DIRECT;
 //!              plus, for reference only, appending to a fresh file (each fdatasync also
 //!              commits the file's growth)
-//!   log:       Log::append per entry with the server's segment preparation (ZeroFill),
-//!              buffered and O_DIRECT; sync and async, 1 and 4 threads, 64 committers;
+//!   log:       Log::commit per entry (append, then wait until durable in sync mode, until
+//!              written to the kernel in async mode) with the server's segment preparation
+//!              (ZeroFill), buffered and O_DIRECT; sync and async, 1 and 4 threads, and 64
+//!              committers on 64 threads of their own;
 //!              for 1 MiB also "reused segments": the steady state behind checkpoints, where
 //!              the log is truncated as it goes and new segments reuse old files
 //!   recovery:  Log::open + read of every record  vs  a plain sequential read of the files,
@@ -183,7 +185,8 @@ fn log_run(dir: &Path, r: LogRun) -> Row {
         // Before the clock: write and drop enough segments that every switch finds a file.
         let warm = (reusable + 1) * segment_bytes / size as u64 + 1;
         for _ in 0..warm {
-            log.append_nowait(&payload).expect("warm-up append");
+            log.wait_room().expect("warm-up room");
+            log.append(&payload).expect("warm-up append");
         }
         log.sync().expect("warm-up sync");
         log.truncate_before(log.durable_lsn())
@@ -198,7 +201,7 @@ fn log_run(dir: &Path, r: LogRun) -> Row {
             let payload = Arc::clone(&payload);
             std::thread::spawn(move || {
                 for i in 0..per_thread {
-                    log.append(&payload).expect("append");
+                    log.commit(&payload).expect("commit");
                     if reuse && i % truncate_every == 0 {
                         log.truncate_before(log.durable_lsn()).expect("truncate");
                     }
@@ -225,10 +228,10 @@ fn log_run(dir: &Path, r: LogRun) -> Row {
         entries: per_thread * threads,
         bytes: per_thread * threads * size as u64,
         secs,
-        fsyncs: Some(stats.fsync_count - before.fsync_count),
+        fsyncs: Some(durable_points(&stats) - durable_points(&before)),
         notes: format!(
-            "fsync p50 {} us, spare waits {}, backpressure waits {}, segments reused {}",
-            stats.fsync_latency_us_p50,
+            "{}, spare waits {}, backpressure waits {}, segments reused {}",
+            sync_latency(&stats),
             stats.spare_waits - before.spare_waits,
             stats.backpressure_waits - before.backpressure_waits,
             stats.segments_reused - before.segments_reused
@@ -236,43 +239,20 @@ fn log_run(dir: &Path, r: LogRun) -> Row {
     }
 }
 
-/// `committers` writers multiplexed on one thread, as the server's connection tasks are: each
-/// appends a 100-byte record, then all wait until their records are durable, then all go
-/// again. Every committer's append is acknowledged only after the fdatasync covering it.
-fn committers_one_thread(dir: &Path, committers: u64, count: u64, direct_io: bool) -> Row {
-    let dir = dir.join(format!("log-committers-{committers}-{direct_io}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
-    let opts = LogOptions {
-        // The server's setting: appends never block, callers wait for their own LSN.
-        durability: Durability::Async,
-        direct_io,
-        prealloc: Prealloc::ZeroFill,
-        ..LogOptions::default()
-    };
-    let log = Log::open(fs, &dir, opts).expect("open log");
-    let payload = vec![0xcdu8; 100];
-    let rounds = count / committers;
-    let t = Instant::now();
-    for _ in 0..rounds {
-        let mut last = 0;
-        for _ in 0..committers {
-            last = log.append_nowait(&payload).expect("append");
-        }
-        log.wait_durable(last).expect("durable");
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let stats = log.stats();
-    drop(log);
-    let _ = std::fs::remove_dir_all(&dir);
-    let io = if direct_io { "O_DIRECT" } else { "buffered" };
-    Row {
-        name: format!("log Sync {committers} committers on 1 thread {io} (100 B)"),
-        entries: rounds * committers,
-        bytes: rounds * committers * 100,
-        secs,
-        fsyncs: Some(stats.fsync_count),
-        notes: format!("fsync p50 {} us", stats.fsync_latency_us_p50),
+/// Calls that made a batch durable: fdatasyncs and `pwritev2(RWF_DSYNC)` writes.
+fn durable_points(s: &cairn_wal::LogStats) -> u64 {
+    s.fdatasync.count + s.dsync_write.count
+}
+
+/// The median latency of the calls that made batches durable, named for what they are.
+fn sync_latency(s: &cairn_wal::LogStats) -> String {
+    if s.dsync_write.count > 0 {
+        format!("RWF_DSYNC write p50 {} us", s.dsync_write.p50_us)
+    } else {
+        format!(
+            "write p50 {} us, fdatasync p50 {} us",
+            s.write.p50_us, s.fdatasync.p50_us
+        )
     }
 }
 
@@ -333,7 +313,8 @@ fn recovery(dir: &Path, total_mb: u64) -> Vec<(Row, Row)> {
     {
         let log = Log::open(Arc::clone(&fs), &dir, opts.clone()).expect("open");
         for _ in 0..count {
-            log.append_nowait(&payload).expect("append");
+            log.wait_room().expect("room");
+            log.append(&payload).expect("append");
         }
         log.close().expect("close");
     }
@@ -493,7 +474,6 @@ fn main() {
                     ..base
                 };
                 log_run(&dir, r).print(Some(best));
-                committers_one_thread(&dir, 64, 200_000 / scale, direct_io).print(Some(best));
             }
         }
         if size == 1 << 20 {

@@ -1,4 +1,5 @@
-//! A fault-injecting, in-memory [`FileSystem`] for tests only: it fails chosen operations and
+//! A fault-injecting, in-memory [`FileSystem`] for tests only: it fails chosen operations,
+//! ends a process that uses it ([`FaultyFs::crash`]: kill -9, the page cache survives), and
 //! simulates a power loss by forgetting every byte and every directory change that was not
 //! synced ([`FaultyFs::power_loss`]), or, tearing unsynced writes, by keeping a random subset
 //! of the unsynced pages ([`FaultyFs::power_loss_torn`]).
@@ -6,7 +7,15 @@
 //! ```text
 //!   file:  data (what reads see)   durable (what survives power_loss: as of the last sync_data)
 //!   dir:   names (what list sees)  durable names (as of the last sync_dir)
+//!   process: every clone of a FaultyFs is one "process": it and the files it opened belong to
+//!            the generation current when it was cloned; crash() starts a new generation, and
+//!            every call through an older one fails with EIO from then on
 //! ```
+//!
+//! So a test ends a log or a persistence layer the way a crash does, with no `mem::forget`:
+//! `fs.crash()` (nothing it does from then on reaches the "disk"), then drop it (its threads
+//! stop; its attempts to flush fail), then `fs.power_loss()` for a power cut, and reopen on
+//! `fs.clone()`, a new process. [`crate::kill`] and [`crate::power_cut`] do those steps.
 //!
 //! Faults armed with [`FaultyFs::fail_after`] skip the spare segment file (`*.spare`, the next
 //! segment a background thread prepares; see [`crate::format::is_spare_name`]) so that they
@@ -14,18 +23,18 @@
 //! [`FaultyFs::fail_spare_after`] aims at the spare instead. Once renamed into a segment the
 //! file is an ordinary target again.
 //!
-//! Not a stand-in for the product: the real log always runs on [`crate::RealFs`].
+//! Not a stand-in for the product: the real log always runs on [`cairn_wal::RealFs`].
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::format::is_spare_name;
-use crate::fs::{FileSystem, LogFile};
+use cairn_wal::format::is_spare_name;
+use cairn_wal::{FileSystem, LogFile};
 
 /// Operations that can be made to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,19 +75,65 @@ struct State {
     space_left: Option<usize>,
 }
 
-/// The fake filesystem. Cheap to clone; clones share state.
-#[derive(Clone, Default)]
+/// The fake filesystem. Cheap to clone; clones share state, and each clone is a new process
+/// (see the module doc).
+#[derive(Default)]
 pub struct FaultyFs {
     state: Arc<Mutex<State>>,
+    /// The generation now: bumped by every crash.
+    generation: Arc<AtomicU64>,
+    /// The generation this handle belongs to; `None` for the handle [`FaultyFs::new`] returns,
+    /// which the test itself uses and no crash ends.
+    process: Option<u64>,
     /// While true, sync_data of ordinary files blocks (a slow disk, for backpressure tests).
     hold: Arc<(Mutex<bool>, Condvar)>,
     /// How many sync_data calls are blocked by `hold_syncs` right now.
     held: Arc<AtomicUsize>,
 }
 
+impl Clone for FaultyFs {
+    /// A handle for a new process: it belongs to the generation current now.
+    fn clone(&self) -> FaultyFs {
+        FaultyFs {
+            state: Arc::clone(&self.state),
+            generation: Arc::clone(&self.generation),
+            process: Some(self.generation.load(Ordering::SeqCst)),
+            hold: Arc::clone(&self.hold),
+            held: Arc::clone(&self.held),
+        }
+    }
+}
+
 impl FaultyFs {
     pub fn new() -> FaultyFs {
         FaultyFs::default()
+    }
+
+    /// Ends every process using this file system, as kill -9 does: from now on every call
+    /// through an earlier clone (or a file it opened) fails with EIO and changes nothing.
+    /// What was written stays, as in the page cache; [`FaultyFs::power_loss`] drops what was
+    /// not synced.
+    pub fn crash(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.hold_syncs(false);
+    }
+
+    /// Another handle of the same process (for the files it opens).
+    fn same_process(&self) -> FaultyFs {
+        FaultyFs {
+            process: self.process,
+            ..self.clone()
+        }
+    }
+
+    /// Err(EIO) if this handle's process was ended by a crash.
+    fn alive(&self) -> io::Result<()> {
+        match self.process {
+            Some(g) if g != self.generation.load(Ordering::SeqCst) => {
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Makes the `op` call after `successes` more successful ones fail with `errno`, once.
@@ -115,8 +170,9 @@ impl FaultyFs {
     }
 
     /// Forgets everything not synced: file contents fall back to their last sync_data, and
-    /// directory entries to their last sync_dir.
+    /// directory entries to their last sync_dir. Ends every process first ([`FaultyFs::crash`]).
     pub fn power_loss(&self) {
+        self.crash();
         let mut s = self.state.lock();
         s.names = s.durable_names.clone();
         for f in s.names.values() {
@@ -131,6 +187,7 @@ impl FaultyFs {
     /// sync_dir, and each 4 KiB page of a file that changed since its last sync_data keeps
     /// the new bytes or the old ones, chosen by `seed` (disks persist pages in any order).
     pub fn power_loss_torn(&self, seed: u64) {
+        self.crash();
         const PAGE: usize = 4096;
         let mut rng = seed | 1;
         let mut coin = move || {
@@ -171,6 +228,7 @@ impl FaultyFs {
     }
 
     fn check(&self, op: Op, spare: bool) -> io::Result<()> {
+        self.alive()?;
         let mut s = self.state.lock();
         if let Some((left, errno)) = s.faults.get_mut(&(op, spare)) {
             if *left == 0 {
@@ -212,6 +270,7 @@ impl LogFile for FaultyFile {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.fs.alive()?;
         let f = self.data.lock();
         let start = (offset as usize).min(f.data.len());
         let n = buf.len().min(f.data.len() - start);
@@ -232,17 +291,19 @@ impl LogFile for FaultyFile {
                 self.fs.held.fetch_sub(1, Ordering::SeqCst);
             }
         }
-        self.fs.check(Op::Sync, spare)?;
         let mut f = self.data.lock();
+        self.fs.check(Op::Sync, spare)?;
         f.durable = f.data.clone();
         Ok(())
     }
 
     fn size(&self) -> io::Result<u64> {
+        self.fs.alive()?;
         Ok(self.data.lock().data.len() as u64)
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.fs.alive()?;
         let mut f = self.data.lock();
         let growth = (len as usize).saturating_sub(f.data.len());
         {
@@ -272,12 +333,13 @@ impl FileSystem for FaultyFs {
         }));
         s.names.insert(path.to_path_buf(), Arc::clone(&data));
         Ok(Box::new(FaultyFile {
-            fs: self.clone(),
+            fs: self.same_process(),
             data,
         }))
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn LogFile>> {
+        self.alive()?;
         let s = self.state.lock();
         let data = s
             .names
@@ -285,12 +347,13 @@ impl FileSystem for FaultyFs {
             .cloned()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         Ok(Box::new(FaultyFile {
-            fs: self.clone(),
+            fs: self.same_process(),
             data,
         }))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        self.alive()?;
         let s = self.state.lock();
         Ok(s.names
             .keys()
@@ -300,6 +363,7 @@ impl FileSystem for FaultyFs {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
+        self.alive()?;
         self.state
             .lock()
             .names

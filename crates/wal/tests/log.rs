@@ -1,12 +1,16 @@
 //! Log tests: round trips, group commit from many threads, recovery from cut and flipped
-//! files, and injected faults followed by a power loss.
+//! files, injected faults followed by a crash or a power loss, and the three watermarks.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use cairn_testkit::{kill, power_cut, power_cut_torn, FaultyFs, Op};
+use cairn_wal::{
+    block_on, format, Durability, FileSystem, Log, LogOptions, Lsn, Prealloc, RealFs, RecoveryMode,
+    WalError, FRAME_OUTSIDE_LOCK_BYTES,
+};
 use proptest::prelude::*;
-
-use super::*;
-use crate::fault::{FaultyFs, Op};
 
 fn opts(durability: Durability) -> LogOptions {
     LogOptions {
@@ -43,7 +47,7 @@ fn sync_round_trip_on_the_real_disk() {
     {
         let log = Log::open(Arc::clone(&fs), tmp.path(), opts(Durability::Sync)).unwrap();
         for i in 1..=2000 {
-            assert_eq!(log.append(&payload(i)).unwrap(), i);
+            assert_eq!(log.commit(&payload(i)).unwrap(), i);
         }
         assert_eq!(log.durable_lsn(), 2000);
         assert!(log.stats().segments > 1, "rolled over");
@@ -52,21 +56,21 @@ fn sync_round_trip_on_the_real_disk() {
     let got = all(&log);
     assert_eq!(got.len(), 2000);
     assert!(got.iter().all(|(lsn, p)| *p == payload(*lsn)));
-    assert_eq!(log.append(b"next").unwrap(), 2001, "LSNs continue");
+    assert_eq!(log.commit(b"next").unwrap(), 2001, "LSNs continue");
 }
 
 #[test]
 fn async_flushes_by_itself_and_on_close() {
     let fs = FaultyFs::new();
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
-    let lsn = log.append(b"a").unwrap();
+    let lsn = log.commit(b"a").unwrap();
     // The flusher makes it durable without anyone asking (poll for the condition).
     let deadline = Instant::now() + Duration::from_secs(30);
     while log.durable_lsn() < lsn {
         assert!(Instant::now() < deadline, "never flushed");
         std::thread::yield_now();
     }
-    log.append(b"b").unwrap();
+    log.commit(b"b").unwrap();
     log.close().unwrap();
     fs.power_loss();
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
@@ -86,13 +90,12 @@ fn async_power_loss_keeps_what_was_fenced() {
     )
     .unwrap();
     for i in 1..=100 {
-        log.append(&payload(i)).unwrap();
+        log.commit(&payload(i)).unwrap();
     }
     log.wait_durable(60).unwrap();
-    let acked_after_fence = log.append(&payload(101)).unwrap();
+    let acked_after_fence = log.commit(&payload(101)).unwrap();
     assert_eq!(acked_after_fence, 101);
-    fs.power_loss();
-    std::mem::forget(log); // the process died: no close
+    power_cut(&fs, log);
     let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
     let got = all(&log);
     assert!(got.len() >= 100, "fenced records lost: {}", got.len());
@@ -120,11 +123,11 @@ fn append_from_threads(
                     .map(|i| {
                         let body = body(t, i);
                         let lsn = if waits(t) {
-                            let lsn = log.append(&body).unwrap();
+                            let lsn = log.commit(&body).unwrap();
                             assert!(log.durable_lsn() >= lsn, "acknowledged before durable");
                             lsn
                         } else {
-                            log.append_nowait(&body).unwrap()
+                            log.append(&body).unwrap()
                         };
                         (lsn, body)
                     })
@@ -163,7 +166,7 @@ fn many_threads_get_unique_gap_free_durable_lsns() {
     drop(log);
     let log = Log::open(fs, tmp.path(), opts(Durability::Sync)).unwrap();
     assert_eq!(all(&log), acked);
-    assert!(stats.fsync_count > 0);
+    assert!(stats.fdatasync.count > 0);
 }
 
 #[test]
@@ -171,7 +174,7 @@ fn truncate_before_drops_whole_old_segments_only() {
     let fs = FaultyFs::new();
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
     for i in 1..=3000 {
-        log.append(&payload(i)).unwrap();
+        log.commit(&payload(i)).unwrap();
     }
     let before = log.stats().segments;
     let removed = log.truncate_before(1500).unwrap();
@@ -195,18 +198,17 @@ fn failed_fdatasync_poisons_and_loses_nothing_acknowledged() {
     let fs = FaultyFs::new();
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
     for i in 1..=10 {
-        log.append(&payload(i)).unwrap();
+        log.commit(&payload(i)).unwrap();
     }
     fs.fail_after(Op::Sync, 0, libc::EIO);
-    let err = log.append(&payload(11)).unwrap_err();
+    let err = log.commit(&payload(11)).unwrap_err();
     assert!(matches!(err, WalError::Poisoned { .. }), "{err:?}");
     assert!(
-        matches!(log.append(b"more"), Err(WalError::Poisoned { .. })),
+        matches!(log.commit(b"more"), Err(WalError::Poisoned { .. })),
         "never retried"
     );
     assert!(log.stats().poisoned.is_some());
-    fs.power_loss();
-    std::mem::forget(log);
+    power_cut(&fs, log);
     let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Sync)).unwrap();
     let got = all(&log);
     assert!(got.len() >= 10 && got[..10].iter().all(|(l, p)| *p == payload(*l)));
@@ -227,7 +229,7 @@ fn enospc_and_failed_directory_sync_are_clean_errors() {
         }
         let mut acked = 0;
         let err = loop {
-            match log.append(&payload(acked + 1)) {
+            match log.commit(&payload(acked + 1)) {
                 Ok(_) => acked += 1,
                 Err(e) => break e,
             }
@@ -236,8 +238,7 @@ fn enospc_and_failed_directory_sync_are_clean_errors() {
         if op.is_none() {
             assert!(err.to_string().contains("no space"), "{err}");
         }
-        fs.power_loss();
-        std::mem::forget(log);
+        power_cut(&fs, log);
         let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Sync)).unwrap();
         let got = all(&log);
         assert!(got.len() as u64 >= acked, "{op:?}: {} < {acked}", got.len());
@@ -249,7 +250,7 @@ fn corruption_in_the_middle_is_reported_not_cut() {
     let fs = FaultyFs::new();
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
     for i in 1..=50 {
-        log.append(&payload(i)).unwrap();
+        log.commit(&payload(i)).unwrap();
     }
     drop(log);
     let seg = dir().join(format::segment_name(1));
@@ -312,7 +313,7 @@ proptest! {
         for (i, size) in sizes.iter().enumerate() {
             // Never zero, so a zeroed-out payload cannot pass for the original.
             let body = vec![i as u8 + 1; *size];
-            log.append(&body).unwrap();
+            log.commit(&body).unwrap();
             offset += format::RECORD_HEADER_LEN + size;
             ends.push(offset);
         }
@@ -328,7 +329,7 @@ proptest! {
             prop_assert_eq!(body, &vec![*lsn as u8; sizes[(*lsn - 1) as usize]]);
         }
         // The log goes on from there.
-        prop_assert_eq!(log.append(b"after").unwrap(), whole as u64 + 1);
+        prop_assert_eq!(log.commit(b"after").unwrap(), whole as u64 + 1);
     }
 
     /// Power loss at a random point of a run with random sync points: every record that a
@@ -347,14 +348,13 @@ proptest! {
         }).unwrap();
         let mut synced = 0;
         for (i, (size, sync)) in ops.iter().enumerate() {
-            log.append(&vec![i as u8; *size]).unwrap();
+            log.commit(&vec![i as u8; *size]).unwrap();
             if *sync {
                 log.sync().unwrap();
                 synced = i + 1;
             }
         }
-        fs.power_loss();
-        std::mem::forget(log);
+        power_cut(&fs, log);
         let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
         let got = all(&log);
         prop_assert!(got.len() >= synced);
@@ -364,8 +364,10 @@ proptest! {
     }
 }
 
+/// Appends never wait, even on a disk that does not keep up; a caller that asks for room
+/// (`wait_room`) waits while `max_pending_bytes` are buffered, and the buffer stays within it.
 #[test]
-fn async_appends_wait_when_the_buffer_is_full() {
+fn room_waits_when_the_buffer_is_full_and_appends_never_do() {
     let fs = FaultyFs::new();
     let limit = 4096;
     let log = Arc::new(
@@ -387,6 +389,7 @@ fn async_appends_wait_when_the_buffer_is_full() {
         let log = Arc::clone(&log);
         std::thread::spawn(move || {
             for _ in 0..200 {
+                log.wait_room().unwrap();
                 log.append(&[7u8; 100]).unwrap();
             }
         })
@@ -396,16 +399,142 @@ fn async_appends_wait_when_the_buffer_is_full() {
         std::thread::yield_now();
     }
     let stats = log.stats();
-    fs.hold_syncs(false);
     assert!(stats.backpressure_waits > 0, "never waited: {stats:?}");
-    // Not yet durable: the buffer and the batch being written, each within the bound.
+    // Not yet written: the buffer and the batch being written, each within the bound.
     assert!(
         stats.pending_bytes <= 2 * (limit + 116) as u64,
         "buffer over its bound: {stats:?}"
     );
+    // An append that does not ask for room goes through at once, past the bound.
+    let before = log.appended_lsn();
+    for _ in 0..100 {
+        log.append(&[8u8; 100]).unwrap();
+    }
+    assert!(log.appended_lsn() >= before + 100);
+    assert!(log.stats().pending_bytes > limit as u64);
+    fs.hold_syncs(false);
     appender.join().unwrap();
     log.sync().unwrap();
-    assert_eq!(all(&log).len(), 200);
+    assert_eq!(all(&log).len(), 300);
+}
+
+/// Sync mode, the disk's fdatasync stuck: thousands of appends from one thread all return
+/// (each takes the lock for a copy); none becomes durable, and each becomes so once the disk
+/// comes back. This is what lets the store append under its shard locks.
+#[test]
+fn appends_return_while_the_disk_is_stuck() {
+    let fs = FaultyFs::new();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
+    log.commit(b"first").unwrap();
+    fs.hold_syncs(true);
+    let lsn = log.append(b"second").unwrap();
+    while fs.syncs_held() == 0 {
+        std::thread::yield_now();
+    }
+    for i in 0..5000u64 {
+        log.append(&payload(i)).unwrap();
+    }
+    assert_eq!(
+        log.durable_lsn(),
+        1,
+        "nothing durable past the stuck fdatasync"
+    );
+    assert!(log.stats().pending_bytes > 0);
+    fs.hold_syncs(false);
+    log.wait_durable(lsn + 5000).unwrap();
+}
+
+/// Async mode: `commit` returns once the record is written to the kernel, before any
+/// fdatasync. A kill -9 (the page cache survives) keeps every committed record; a power cut
+/// keeps those an fdatasync covered.
+#[test]
+fn async_commits_survive_a_kill_and_synced_ones_a_power_cut() {
+    let o = LogOptions {
+        flush_interval: Duration::from_secs(3600),
+        ..opts(Durability::Async)
+    };
+    for power in [false, true] {
+        let fs = FaultyFs::new();
+        let log = Log::open(Arc::new(fs.clone()), &dir(), o.clone()).unwrap();
+        for i in 1..=20 {
+            log.commit(&payload(i)).unwrap();
+        }
+        log.sync().unwrap();
+        fs.hold_syncs(true);
+        for i in 21..=40 {
+            log.commit(&payload(i)).unwrap();
+        }
+        assert_eq!(log.written_lsn(), 40);
+        assert_eq!(log.durable_lsn(), 20, "committed, not synced");
+        if power {
+            power_cut(&fs, log);
+        } else {
+            kill(&fs, log);
+        }
+        let log = Log::open(Arc::new(fs.clone()), &dir(), o.clone()).unwrap();
+        let got = all(&log);
+        let want = if power { 20 } else { 40 };
+        assert_eq!(got.len(), want, "power cut: {power}");
+        assert!(got.iter().all(|(l, p)| *p == payload(*l)));
+    }
+}
+
+/// Switching from async to sync: the first durable batch after the switch covers what async
+/// mode wrote and did not sync, so the durable mark never passes an unsynced record.
+#[test]
+fn a_switch_to_sync_makes_earlier_async_writes_durable_first() {
+    for direct_io in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = FaultyFs::new();
+        let o = LogOptions {
+            flush_interval: Duration::from_secs(3600),
+            direct_io,
+            ..opts(Durability::Async)
+        };
+        let log = Log::open(Arc::new(fs.clone()), tmp.path(), o.clone()).unwrap();
+        for i in 1..=30 {
+            log.commit(&payload(i)).unwrap();
+        }
+        assert_eq!(log.durable_lsn(), 0);
+        log.set_durability(Durability::Sync);
+        let lsn = log.commit(&payload(31)).unwrap();
+        assert_eq!(log.durable_lsn(), lsn);
+        power_cut(&fs, log);
+        let log = Log::open(Arc::new(fs.clone()), tmp.path(), o).unwrap();
+        assert_eq!(all(&log).len(), 31, "direct_io {direct_io}");
+    }
+}
+
+/// The marks and their futures, awaited by many async-style waiters on one thread (as the
+/// server's connection tasks are), polled by hand: each resolves once its own record is safe.
+#[test]
+fn written_and_durable_futures_resolve_in_order() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let fs = FaultyFs::new();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Sync)).unwrap();
+    log.commit(b"0").unwrap();
+    fs.hold_syncs(true);
+    let first = log.append(b"1").unwrap();
+    while fs.syncs_held() == 0 {
+        std::thread::yield_now();
+    }
+    let lsns: Vec<Lsn> = (0..50).map(|i| log.append(&payload(i)).unwrap()).collect();
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut waits: Vec<_> = lsns.iter().map(|&l| Box::pin(log.durable(l))).collect();
+    assert!(waits
+        .iter_mut()
+        .all(|w| w.as_mut().poll(&mut cx).is_pending()));
+    fs.hold_syncs(false);
+    block_on(log.durable(first)).unwrap();
+    for w in waits {
+        block_on(w).unwrap();
+    }
+    assert!(log.durable_lsn() >= *lsns.last().unwrap());
+    assert!(matches!(
+        Box::pin(log.written(1)).as_mut().poll(&mut cx),
+        Poll::Ready(Ok(()))
+    ));
 }
 
 /// Options under which exactly 64 records of 1000 bytes fit the first segment.
@@ -424,7 +553,7 @@ fn a_failure_at_a_segment_switch_acknowledges_nothing_and_recovers() {
         let fs = FaultyFs::new();
         let log = Log::open(Arc::new(fs.clone()), &dir(), rotating_opts()).unwrap();
         for i in 1..=FIT {
-            log.append(&[i as u8; 1000]).unwrap();
+            log.commit(&[i as u8; 1000]).unwrap();
         }
         assert_eq!(
             log.stats().segments,
@@ -432,10 +561,9 @@ fn a_failure_at_a_segment_switch_acknowledges_nothing_and_recovers() {
             "{op:?}: the first segment holds {FIT}"
         );
         fs.fail_after(op, 0, libc::EIO);
-        let err = log.append(&[0xee; 1000]).unwrap_err();
+        let err = log.commit(&[0xee; 1000]).unwrap_err();
         assert!(matches!(err, WalError::Poisoned { .. }), "{op:?}: {err}");
-        fs.power_loss();
-        std::mem::forget(log);
+        power_cut(&fs, log);
         let log = Log::open(Arc::new(fs.clone()), &dir(), rotating_opts()).unwrap();
         let got = all(&log);
         assert_eq!(got.len() as u64, FIT, "{op:?}");
@@ -445,7 +573,7 @@ fn a_failure_at_a_segment_switch_acknowledges_nothing_and_recovers() {
         );
         // The log goes on, across a segment switch.
         for i in FIT + 1..=2 * FIT + 1 {
-            assert_eq!(log.append(&[i as u8; 1000]).unwrap(), i, "{op:?}");
+            assert_eq!(log.commit(&[i as u8; 1000]).unwrap(), i, "{op:?}");
         }
         assert_eq!(log.stats().segments, 3, "{op:?}");
         drop(log);
@@ -462,13 +590,12 @@ fn a_failed_spare_poisons_the_log_when_it_is_needed() {
         fs.fail_spare_after(op, 0, libc::EIO);
         let log = Log::open(Arc::new(fs.clone()), &dir(), rotating_opts()).unwrap();
         for i in 1..=FIT {
-            log.append(&[i as u8; 1000]).unwrap();
+            log.commit(&[i as u8; 1000]).unwrap();
         }
-        let err = log.append(&[0xee; 1000]).unwrap_err();
+        let err = log.commit(&[0xee; 1000]).unwrap_err();
         assert!(err.to_string().contains(".spare"), "{op:?}: {err}");
-        assert!(log.append(b"more").is_err(), "{op:?}: poisoned");
-        fs.power_loss();
-        std::mem::forget(log);
+        assert!(log.commit(b"more").is_err(), "{op:?}: poisoned");
+        power_cut(&fs, log);
         let log = Log::open(Arc::new(fs), &dir(), rotating_opts()).unwrap();
         assert_eq!(all(&log).len() as u64, FIT, "{op:?}");
     }
@@ -479,7 +606,7 @@ fn leftover_spares_are_removed_and_never_read() {
     let fs = FaultyFs::new();
     let log = Log::open(Arc::new(fs.clone()), &dir(), rotating_opts()).unwrap();
     for i in 1..=FIT + 1 {
-        log.append(&[i as u8; 1000]).unwrap();
+        log.commit(&[i as u8; 1000]).unwrap();
     }
     drop(log);
     // Spares a crash may leave: a zeroed one, a half-written one, and one that holds a copy
@@ -510,7 +637,7 @@ fn leftover_spares_are_removed_and_never_read() {
     let got = all(&log);
     assert_eq!(got.len() as u64, FIT + 1);
     assert!(got.iter().all(|(l, p)| *p == vec![*l as u8; 1000]));
-    assert_eq!(log.append(b"next").unwrap(), FIT + 2);
+    assert_eq!(log.commit(b"next").unwrap(), FIT + 2);
 }
 
 #[test]
@@ -530,7 +657,7 @@ fn direct_io_round_trip_on_the_real_disk() {
         assert_eq!(log.appended_lsn(), n, "round {round}");
         for _ in 0..150 {
             n += 1;
-            assert_eq!(log.append(&body(n)).unwrap(), n);
+            assert_eq!(log.commit(&body(n)).unwrap(), n);
         }
         let got = all(&log);
         assert_eq!(got.len() as u64, n, "round {round}");
@@ -570,7 +697,7 @@ fn log_with_three_segments(fs: &FaultyFs) -> (Log, Lsn) {
     let mut n = 0;
     while log.stats().segments < 3 {
         n += 1;
-        log.append(&varied(n)).unwrap();
+        log.commit(&varied(n)).unwrap();
     }
     (log, n)
 }
@@ -582,7 +709,7 @@ fn log_with_a_reused_tail() -> (FaultyFs, Vec<u8>, PathBuf, Vec<usize>, Lsn) {
     let fs = FaultyFs::new();
     let (log, mut n) = log_with_three_segments(&fs);
     // Drop the first segment: it becomes the one reusable spare.
-    let second = log.shared.state.lock().segments[1].0;
+    let second = log.segments()[1].0;
     assert_eq!(log.truncate_before(second).unwrap(), 1);
     let spare = spares(&fs);
     assert_eq!(spare.len(), 1, "the truncated segment is kept as a spare");
@@ -607,7 +734,7 @@ fn log_with_a_reused_tail() -> (FaultyFs, Vec<u8>, PathBuf, Vec<usize>, Lsn) {
     while !switched || ends.len() < 5 {
         n += 1;
         let before = log.stats().segments;
-        log.append(&varied(n)).unwrap();
+        log.commit(&varied(n)).unwrap();
         if log.stats().segments > before {
             switched = true;
             ends.clear();
@@ -618,7 +745,7 @@ fn log_with_a_reused_tail() -> (FaultyFs, Vec<u8>, PathBuf, Vec<usize>, Lsn) {
     }
     assert_eq!(log.stats().segments_reused, 1);
     assert!(spares(&fs).is_empty(), "the spare became the tail");
-    let tail = log.shared.state.lock().segments.last().unwrap().1.clone();
+    let tail = log.segments().last().unwrap().1.clone();
     drop(log);
     (fs, old, tail, ends, n)
 }
@@ -636,7 +763,7 @@ fn a_reused_segment_reopens_strictly_with_exactly_its_new_records() {
     assert_eq!(got.last().unwrap().0, n);
     assert!(got.iter().all(|(l, p)| *p == varied(*l)));
     assert!(got.windows(2).all(|w| w[1].0 == w[0].0 + 1), "gap free");
-    assert_eq!(log.append(b"next").unwrap(), n + 1);
+    assert_eq!(log.commit(b"next").unwrap(), n + 1);
 }
 
 /// A crash while writing into a reused file leaves its old bytes past whatever landed: the
@@ -654,7 +781,7 @@ fn a_crash_in_a_reused_segment_recovers_a_prefix_and_no_old_record() {
         assert_eq!(log.appended_lsn(), n - lost, "cut at {cut}");
         let got = all(&log);
         assert!(got.iter().all(|(l, p)| *p == varied(*l)), "cut at {cut}");
-        assert_eq!(log.append(b"next").unwrap(), n - lost + 1, "cut at {cut}");
+        assert_eq!(log.commit(b"next").unwrap(), n - lost + 1, "cut at {cut}");
     }
 }
 
@@ -674,7 +801,7 @@ fn reused_segments_on_the_real_disk_with_direct_io() {
         let log = Log::open(Arc::clone(&fs), tmp.path(), o.clone()).unwrap();
         for _ in 0..600 {
             n += 1;
-            assert_eq!(log.append(&varied(n)).unwrap(), n);
+            assert_eq!(log.commit(&varied(n)).unwrap(), n);
             if n % 50 == 0 {
                 log.truncate_before(n.saturating_sub(60)).unwrap();
             }
@@ -701,14 +828,13 @@ fn reused_segments_on_the_real_disk_with_direct_io() {
 fn a_reused_file_renamed_but_never_written_is_dropped() {
     let fs = FaultyFs::new();
     let (log, n) = log_with_three_segments(&fs);
-    let second = log.shared.state.lock().segments[1].0;
+    let second = log.segments()[1].0;
     log.truncate_before(second).unwrap();
     let spare = spares(&fs).pop().unwrap();
     fs.rename(&spare, &dir().join(format::segment_name(n + 1)))
         .unwrap();
     fs.sync_dir(&dir()).unwrap();
-    fs.power_loss();
-    std::mem::forget(log);
+    power_cut(&fs, log);
     let log = Log::open(Arc::new(fs), &dir(), reusing_opts()).unwrap();
     assert_eq!(log.appended_lsn(), n);
     let got = all(&log);
@@ -726,10 +852,10 @@ fn records_past_a_clean_end_are_cleared_on_open() {
     let log = Log::open(Arc::new(fs.clone()), &dir(), rotating_opts()).unwrap();
     let mut end = format::HEADER_LEN;
     for i in 1..=10 {
-        log.append(&varied(i)).unwrap();
+        log.commit(&varied(i)).unwrap();
         end += format::RECORD_HEADER_LEN + varied(i).len();
     }
-    let log_id = log.shared.log_id;
+    let log_id = log.log_id();
     drop(log);
     // What a torn write of records 11-13 may leave: only record 13, well past the end.
     let mut planted = Vec::new();
@@ -741,7 +867,7 @@ fn records_past_a_clean_end_are_cleared_on_open() {
 
     let log = Log::open(Arc::new(fs.clone()), &dir(), rotating_opts()).unwrap();
     assert_eq!(log.appended_lsn(), 10);
-    log.append(&varied(11)).unwrap();
+    log.commit(&varied(11)).unwrap();
     end += format::RECORD_HEADER_LEN + varied(11).len();
     drop(log);
     // Now a torn write right after record 11.
@@ -765,10 +891,7 @@ fn a_failure_while_keeping_a_segment_for_reuse_loses_nothing() {
         let fs = FaultyFs::new();
         let (log, n) = log_with_three_segments(&fs);
         // The spare thread must be done, so that the armed fault hits the truncation.
-        while matches!(
-            log.shared.spare.lock().state,
-            SpareState::Wanted | SpareState::Preparing
-        ) {
+        while log.stats().spare_preparing {
             std::thread::yield_now();
         }
         if on_spare {
@@ -776,10 +899,9 @@ fn a_failure_while_keeping_a_segment_for_reuse_loses_nothing() {
         } else {
             fs.fail_after(op, 0, libc::EIO);
         }
-        let second = log.shared.state.lock().segments[1].0;
+        let second = log.segments()[1].0;
         assert!(log.truncate_before(second).is_err(), "{op:?}");
-        fs.power_loss();
-        std::mem::forget(log);
+        power_cut(&fs, log);
         let log = Log::open(Arc::new(fs), &dir(), reusing_opts()).unwrap();
         assert_eq!(log.appended_lsn(), n, "{op:?}");
         let got = all(&log);
@@ -787,7 +909,7 @@ fn a_failure_while_keeping_a_segment_for_reuse_loses_nothing() {
         assert!(first == 1 || first == second, "{op:?}: starts at {first}");
         assert_eq!(got.len() as u64, n - first + 1, "{op:?}");
         assert!(got.iter().all(|(l, p)| *p == varied(*l)), "{op:?}");
-        assert_eq!(log.append(b"next").unwrap(), n + 1, "{op:?}");
+        assert_eq!(log.commit(b"next").unwrap(), n + 1, "{op:?}");
     }
 }
 
@@ -817,7 +939,7 @@ proptest! {
         let mut synced = 0;
         for (i, (_, sync, truncate)) in ops.iter().enumerate() {
             let lsn = i as u64 + 1;
-            log.append(&body(lsn)).unwrap();
+            log.commit(&body(lsn)).unwrap();
             if *sync {
                 log.sync().unwrap();
                 synced = lsn;
@@ -831,7 +953,7 @@ proptest! {
         // A last batch that is written but whose fdatasync never returns: the torn write.
         let extra = ops.len() as u64 / 3;
         for lsn in ops.len() as u64 + 1..=ops.len() as u64 + extra {
-            log.append(&body(lsn)).unwrap();
+            log.commit(&body(lsn)).unwrap();
         }
         fs.hold_syncs(true);
         let target = log.appended_lsn();
@@ -840,17 +962,8 @@ proptest! {
             prop_assert!(log.durable_lsn() < target, "durable without an fdatasync");
             std::thread::yield_now();
         }
-        fs.power_loss_torn(seed);
-        // The old syncer must not touch the files again: its held fdatasync fails. (With no
-        // fdatasync held, an armed fault would hit the reopen's own fdatasync of the tail.)
-        if extra > 0 {
-            fs.fail_after(Op::Sync, 0, libc::EIO);
-        }
-        fs.hold_syncs(false);
-        while extra > 0 && log.poisoned().is_none() {
-            std::thread::yield_now();
-        }
-        std::mem::forget(log);
+        // The power goes while that fdatasync is held: it never returns to the dead process.
+        power_cut_torn(&fs, log, seed);
         let log = Log::open(Arc::new(fs), &dir(), o).unwrap();
         let got = all(&log);
         prop_assert!(log.appended_lsn() >= synced);
@@ -862,28 +975,35 @@ proptest! {
     }
 }
 
-/// Records 1-10 written one write each, then 11-40 in one write; returns the fs, the segment
-/// and the offset of every record.
+/// Records 1-10 written one write each, 11 alone (its fdatasync held meanwhile), then 12-41
+/// in one write; returns the fs, the segment and the offset of every record.
 fn ten_writes_then_one_of_thirty() -> (FaultyFs, PathBuf, Vec<usize>) {
     let fs = FaultyFs::new();
     let o = LogOptions {
-        flush_interval: Duration::from_secs(3600),
         segment_bytes: 1 << 20,
-        ..opts(Durability::Async)
+        ..opts(Durability::Sync)
     };
     let log = Log::open(Arc::new(fs.clone()), &dir(), o).unwrap();
-    let mut at = vec![0; 41];
+    let mut at = vec![0; 42];
     let mut offset = format::HEADER_LEN;
-    for lsn in 1..=40u64 {
+    for lsn in 1..=41u64 {
         at[lsn as usize] = offset;
         offset += format::RECORD_HEADER_LEN + varied(lsn).len();
-        log.append(&varied(lsn)).unwrap();
         if lsn <= 10 {
-            log.sync().unwrap();
+            log.commit(&varied(lsn)).unwrap();
+            continue;
+        }
+        log.append(&varied(lsn)).unwrap();
+        if lsn == 11 {
+            fs.hold_syncs(true);
+            while fs.syncs_held() == 0 {
+                std::thread::yield_now();
+            }
         }
     }
+    fs.hold_syncs(false);
     log.sync().unwrap();
-    assert_eq!(log.stats().fsync_count, 11, "eleven writes");
+    assert_eq!(log.stats().write.count, 12, "twelve writes");
     drop(log);
     (fs, dir().join(format::segment_name(1)), at)
 }
@@ -898,9 +1018,9 @@ fn a_torn_last_write_is_cut_but_damage_before_a_later_write_is_refused() {
     let garble = |b: &mut Vec<u8>, at: usize| b[at..at + 8].fill(0x5a);
 
     let (fs, seg, at) = ten_writes_then_one_of_thirty();
-    fs.corrupt(&seg, |b| garble(b, at[11]));
+    fs.corrupt(&seg, |b| garble(b, at[12]));
     let log = Log::open(Arc::new(fs), &dir(), rotating_opts()).unwrap();
-    assert_eq!(log.appended_lsn(), 10, "the torn write is cut");
+    assert_eq!(log.appended_lsn(), 11, "the torn write is cut");
     assert!(all(&log).iter().all(|(l, p)| *p == varied(*l)));
 
     let (fs, seg, at) = ten_writes_then_one_of_thirty();
@@ -922,7 +1042,7 @@ fn a_torn_last_write_is_cut_but_damage_before_a_later_write_is_refused() {
     .encode();
     fs.corrupt(&seg, |b| {
         b[..format::HEADER_LEN].copy_from_slice(&v1);
-        garble(b, at[11]);
+        garble(b, at[12]);
     });
     let err = Log::open(Arc::new(fs), &dir(), rotating_opts()).err();
     assert!(
@@ -1004,7 +1124,7 @@ fn open_refuses_a_record_limit_the_format_cannot_hold() {
     let err = Log::open(Arc::new(FaultyFs::new()), &dir(), o)
         .err()
         .unwrap();
-    assert!(matches!(err, WalError::BadOptions(_)), "{err}");
+    assert!(matches!(err, WalError::RecordLimit { .. }), "{err}");
     let o = LogOptions {
         max_record_bytes: u32::MAX as usize,
         ..opts(Durability::Sync)
@@ -1040,12 +1160,12 @@ fn the_syncer_can_run_under_sched_batch() {
         assert!(Instant::now() < deadline, "no syncer under SCHED_BATCH");
         std::thread::yield_now();
     }
-    log.append(b"still works").unwrap();
+    log.commit(b"still works").unwrap();
 }
 
-/// An async log with one 100-byte record written, its fdatasync blocked (`hold_syncs`).
-fn one_record_with_its_fdatasync_held(fs: &FaultyFs) -> (Log, Lsn) {
-    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
+/// A log with one 100-byte record written, its fdatasync blocked (`hold_syncs`).
+fn one_record_with_its_fdatasync_held(fs: &FaultyFs, d: Durability) -> (Log, Lsn) {
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(d)).unwrap();
     fs.hold_syncs(true);
     let lsn = log.append(&[7u8; 100]).unwrap();
     log.request_durable(lsn);
@@ -1058,7 +1178,8 @@ fn one_record_with_its_fdatasync_held(fs: &FaultyFs) -> (Log, Lsn) {
 #[test]
 fn pending_bytes_count_the_batch_being_written() {
     let fs = FaultyFs::new();
-    let (log, lsn) = one_record_with_its_fdatasync_held(&fs);
+    // Sync mode without O_DIRECT: the batch is written, then fdatasync'd, in one round.
+    let (log, lsn) = one_record_with_its_fdatasync_held(&fs, Durability::Sync);
     let held = log.stats();
     fs.hold_syncs(false);
     log.wait_durable(lsn).unwrap();
@@ -1073,19 +1194,13 @@ fn pending_bytes_count_the_batch_being_written() {
 #[test]
 fn records_recovered_after_a_kill_are_made_durable_at_open() {
     let fs = FaultyFs::new();
-    let (log, lsn) = one_record_with_its_fdatasync_held(&fs);
+    let (log, lsn) = one_record_with_its_fdatasync_held(&fs, Durability::Async);
     // kill -9 between the write and its fdatasync: the write stays in the page cache.
-    fs.fail_after(Op::Sync, 0, libc::EIO);
-    fs.hold_syncs(false);
-    while log.poisoned().is_none() {
-        std::thread::yield_now();
-    }
-    std::mem::forget(log);
+    kill(&fs, log);
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
     assert_eq!(log.durable_lsn(), lsn, "recovered records count as durable");
-    std::mem::forget(log);
     // So they must survive a power loss now.
-    fs.power_loss();
+    power_cut(&fs, log);
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
     assert_eq!(log.appended_lsn(), lsn, "a record called durable was lost");
 }

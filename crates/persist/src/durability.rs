@@ -1,0 +1,210 @@
+//! The one durability path, for every front end (the memcached connections now, gRPC next):
+//! wait for room, mutate the store, then wait until what the request wrote is safe in the
+//! mode in force, and only then reply.
+//!
+//! ```text
+//!   front end task (tokio):
+//!     persist.room().await                 backpressure: parks while the log's buffer is
+//!                                          full; no lock held, no thread blocked
+//!     store.entry(..) / store.flush_all()  each mutation appends its record under the shard
+//!                                          lock (never waiting) and its LSN joins the ticket
+//!     let t = take_ticket()                (or: let (r, t) = capture(|| ...))
+//!     persist.acknowledged(t).await?       sync: the durable mark covers t (fdatasync'd)
+//!                                          async: the written mark covers t (in the kernel)
+//!     reply
+//! ```
+//!
+//! Both waits are futures on the log's one waiter registry ([`cairn_wal::waiters`]): a task
+//! that waits is parked, its worker thread serves other connections, and the log's syncer
+//! wakes it once its own LSN is covered. Nothing here blocks a thread or holds a lock.
+//!
+//! A [`Ticket`] is the highest LSN the request's mutations were logged at. The store calls
+//! the log through [`crate::sink`] synchronously, on the thread that runs the request, so a
+//! thread-local collects the LSNs; a front end takes it right after its store calls, before
+//! any `.await` (a task may move to another thread only at an await).
+//!
+//! Copies of a value between the socket and the disk, sync mode with O_DIRECT (the server's
+//! default): the read from the socket into the connection's input buffer is the kernel's;
+//! then (1) input buffer -> the item in the store's segment (`Entry::store`), (2) the item ->
+//! the log's pending buffer, framed with its CRC under the log's lock
+//! (`Log::append_parts`, the value passed as a part of its own, not copied before), (3) the
+//! pending buffer -> the O_DIRECT staging buffer (`DirectBuf::stage` in cairn-wal), which the
+//! device reads by DMA. Async mode (and sync mode without O_DIRECT) writes (2) with
+//! `pwritev`, where the kernel copies it into the page cache instead of (3).
+//!
+//! Watermarks for watchers: [`Persistence::safe_lsn`] is the highest LSN that is safe in the
+//! mode in force (durable in sync mode, written in async mode), and
+//! [`Persistence::on_advance`] calls back on the log's syncer thread after every advance. A
+//! revision a watcher was shown up to that mark is never handed out again after a crash of
+//! the kind the mode protects against.
+
+use std::sync::atomic::Ordering;
+
+use cairn_wal::{Listener, Lsn, Marks, WalError};
+
+use crate::sink::TICKET_LSN;
+use crate::{Mode, PersistError, Persistence};
+
+/// What a request's writes must reach before they are acknowledged: the highest LSN its
+/// mutations were logged at, or the mark of a failed append.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ticket {
+    /// 0: nothing was written; `Lsn::MAX`: an append failed (never safe).
+    lsn: Lsn,
+}
+
+impl Ticket {
+    /// Nothing to wait for.
+    pub const NONE: Ticket = Ticket { lsn: 0 };
+
+    /// Whether the request wrote nothing.
+    pub fn is_empty(self) -> bool {
+        self.lsn == 0
+    }
+
+    /// Whether an append failed: the write must not be acknowledged.
+    pub fn failed(self) -> bool {
+        self.lsn == Lsn::MAX
+    }
+
+    /// The LSN to wait for, if any (none for an empty or failed ticket).
+    pub fn lsn(self) -> Option<Lsn> {
+        (!self.is_empty() && !self.failed()).then_some(self.lsn)
+    }
+
+    /// Both tickets' writes (a connection merges those of a batch of requests).
+    pub fn merge(self, other: Ticket) -> Ticket {
+        Ticket {
+            lsn: self.lsn.max(other.lsn),
+        }
+    }
+}
+
+/// Takes the ticket of the mutations made on this thread since it was last taken. Call it
+/// right after the store calls of a request, before any `.await`.
+pub fn take_ticket() -> Ticket {
+    Ticket {
+        lsn: TICKET_LSN.with(|c| c.replace(0)),
+    }
+}
+
+/// Runs `f` (store calls) and returns its result with the ticket of exactly the mutations it
+/// made; whatever this thread had collected before is left as it was.
+pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Ticket) {
+    let outer = TICKET_LSN.with(|c| c.replace(0));
+    let r = f();
+    let lsn = TICKET_LSN.with(|c| c.replace(outer));
+    (r, Ticket { lsn })
+}
+
+impl Persistence {
+    /// Whether the log's pending buffer has room now (the cheap check before [`Self::room`]).
+    pub fn has_room(&self) -> bool {
+        self.log.room().is_none()
+    }
+
+    /// Resolves once the log's pending buffer is below its bound (at once if it is):
+    /// backpressure for a front end, awaited before a write. It parks only the caller's task,
+    /// so reads go on. A stopped log ends the wait too (the write is then refused).
+    pub async fn room(&self) {
+        while let Some(wait) = self.log.room() {
+            if wait.await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Resolves once everything `ticket` covers is safe in the mode in force now: durable
+    /// (sync) or handed to the kernel (async). An error means the writes may not be safe and
+    /// must not be acknowledged (the log failed, or an append did).
+    pub async fn acknowledged(&self, ticket: Ticket) -> Result<(), PersistError> {
+        if ticket.failed() {
+            return Err(self.refusal());
+        }
+        let Some(lsn) = ticket.lsn() else {
+            return Ok(());
+        };
+        match self.mode() {
+            Mode::Sync => self.log.durable(lsn).await,
+            _ => self.log.written(lsn).await,
+        }
+        .map_err(PersistError::from)
+    }
+
+    /// Resolves once everything `ticket` covers is durable, whatever the mode (a fence: in
+    /// async mode it asks for an fdatasync at once).
+    pub async fn durable(&self, ticket: Ticket) -> Result<(), PersistError> {
+        if ticket.failed() {
+            return Err(self.refusal());
+        }
+        match ticket.lsn() {
+            Some(lsn) => self.log.durable(lsn).await.map_err(PersistError::from),
+            None => Ok(()),
+        }
+    }
+
+    /// The highest LSN handed to the kernel (survives a crash of the process).
+    pub fn written_lsn(&self) -> Lsn {
+        self.log.written_lsn()
+    }
+
+    /// The highest LSN fdatasync'd (survives a power loss).
+    pub fn durable_lsn(&self) -> Lsn {
+        self.log.durable_lsn()
+    }
+
+    /// The highest LSN safe in the mode in force: what a watcher may be shown.
+    pub fn safe_lsn(&self) -> Lsn {
+        match self.mode() {
+            Mode::Sync => self.log.durable_lsn(),
+            _ => self.log.written_lsn(),
+        }
+    }
+
+    /// Registers a callback run on the log's syncer thread after every advance of the written
+    /// or durable mark (or once, with the error, when the log fails). Keep it short and never
+    /// block in it; read [`Self::safe_lsn`] or pick the mark by [`Self::mode`].
+    pub fn on_advance(&self, f: Listener) {
+        self.log.on_advance(f);
+    }
+
+    /// Why writes are refused, if they are (a failed append or a failed log). Cheap when they
+    /// are not: one atomic load.
+    pub fn write_refusal(&self) -> Option<String> {
+        if !self.sink.refusing.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(match self.sink.failed.lock().clone() {
+            Some(e) => e,
+            None => self
+                .log
+                .poisoned()
+                .map_or_else(|| "the command log failed".into(), |e| e.to_string()),
+        })
+    }
+
+    fn refusal(&self) -> PersistError {
+        PersistError::Log(self.log.poisoned().unwrap_or_else(|| {
+            WalError::Poisoned {
+                cause: self
+                    .sink
+                    .failed
+                    .lock()
+                    .clone()
+                    .unwrap_or_else(|| "an append failed".into()),
+            }
+        }))
+    }
+
+    /// Makes the refusal flag follow the log: called once at open.
+    pub(crate) fn watch_log_failure(&self) {
+        let refusing = std::sync::Arc::clone(&self.sink.refusing);
+        self.log
+            .on_advance(Box::new(move |r: Result<Marks, &WalError>| {
+                if let Err(e) = r {
+                    tracing::error!("command log failed, refusing writes from now on: {e}");
+                    refusing.store(true, Ordering::SeqCst);
+                }
+            }));
+    }
+}

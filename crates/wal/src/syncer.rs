@@ -1,0 +1,339 @@
+//! The syncer thread: takes the pending records, writes them at the tail's end, makes them
+//! durable as the mode says, and advances the three watermarks.
+//!
+//! ```text
+//!   loop:  lock ─> what next?
+//!            poisoned ─────────────────────────────> exit
+//!            written > durable, and sync mode (after a switch), or async and due, or a
+//!              fence waits, or closing ─────────────> fdatasync ─> durable = written
+//!            records ready ─> take them ─> taken = last
+//!              sync:  write durably (RWF_DSYNC, or write + fdatasync) ─> written = durable
+//!              async: write ─> written = last
+//!            closing, nothing left ────────────────> exit
+//!            else wait (async with unsynced bytes: until the flush interval is up)
+//! ```
+//!
+//! One thread does all of it, so writes never overlap and each write's first record can be
+//! flagged as the start of a write (recovery relies on it). An async fdatasync holds up the
+//! next write for its duration; a slow disk therefore fills the pending buffer, and callers
+//! that ask for [`crate::Log::room`] wait (see docs/ARCHITECTURE.md on backpressure).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::appender::Chunk;
+use crate::segment::Tail;
+use crate::{format, Durability, Lsn, Marks, Shared, WalError};
+
+/// Runs when the syncer stops, however it stops: a panic poisons the log, and everyone still
+/// waiting is woken to see that nothing more will advance.
+struct SyncerExit(Arc<Shared>);
+
+impl Drop for SyncerExit {
+    fn drop(&mut self) {
+        let sh = &self.0;
+        if std::thread::panicking() {
+            sh.state.lock().poisoned.get_or_insert(WalError::Poisoned {
+                cause: "the log's syncer thread panicked".into(),
+            });
+        }
+        sh.syncer_stopped.store(true, Ordering::SeqCst);
+        sh.taken.wake_all();
+        sh.written.wake_all();
+        sh.durable.wake_all();
+    }
+}
+
+/// What the syncer does next.
+enum Work {
+    /// Write these chunks (LSNs `first..=last`, `bytes` of records); durably if `durable`.
+    Write {
+        batch: Vec<Chunk>,
+        first: Lsn,
+        last: Lsn,
+        bytes: usize,
+        durable: bool,
+    },
+    /// fdatasync what was written so far.
+    Sync,
+}
+
+/// Which calls a write made, for the latency histograms.
+enum Timed {
+    /// A write, then (if Some) an fdatasync.
+    Write { write_us: u64, sync_us: Option<u64> },
+    /// One `pwritev2(RWF_DSYNC)`.
+    Dsync { us: u64 },
+}
+
+fn us_since(t: Instant) -> u64 {
+    (t.elapsed().as_micros() as u64).max(1)
+}
+
+impl Shared {
+    /// The syncer: writes (and syncs) batches until closed or poisoned.
+    pub(crate) fn sync_loop(self: Arc<Self>, mut tail: Tail) {
+        let _guard = SyncerExit(Arc::clone(&self));
+        if self.opts.syncer_batch_sched {
+            batch_sched_for_this_thread();
+        }
+        let mut spare: Vec<Chunk> = Vec::new();
+        // When the oldest written-but-unsynced record was written (async mode's clock).
+        let mut unsynced_since: Option<Instant> = None;
+        let mut unsynced_bytes = 0usize;
+        loop {
+            let work = {
+                let mut st = self.state.lock();
+                loop {
+                    if st.poisoned.is_some() {
+                        return;
+                    }
+                    let written = self.written.get();
+                    let durable = self.durable.get();
+                    let sync_mode = self.durability() == Durability::Sync;
+                    let due = unsynced_since
+                        .is_some_and(|t| t.elapsed() >= self.opts.flush_interval)
+                        || unsynced_bytes >= self.opts.flush_bytes;
+                    if written > durable
+                        && (sync_mode || due || st.waiting_for > durable || st.closing)
+                    {
+                        break Work::Sync;
+                    }
+                    let ready = st.ready_chunks(self.opts.max_pending_bytes);
+                    if ready > 0 {
+                        let rest = if ready == st.pending.len() {
+                            std::mem::take(&mut spare)
+                        } else {
+                            st.pending.split_off(ready)
+                        };
+                        let batch = std::mem::replace(&mut st.pending, rest);
+                        let bytes: usize = batch.iter().map(|c| c.bytes().len()).sum();
+                        st.pending_bytes -= bytes;
+                        self.pending_bytes
+                            .store(st.pending_bytes, Ordering::Release);
+                        st.writing_bytes = bytes;
+                        let first = batch[0].first();
+                        let last = batch[batch.len() - 1].last();
+                        let _ = st.hist.batch_records.record(last - first + 1);
+                        let _ = st.hist.batch_bytes.record((bytes as u64).max(1));
+                        break Work::Write {
+                            batch,
+                            first,
+                            last,
+                            bytes,
+                            durable: sync_mode,
+                        };
+                    }
+                    if st.pending.is_empty() && st.closing {
+                        return;
+                    }
+                    match unsynced_since {
+                        Some(t) => {
+                            let left = self.opts.flush_interval.saturating_sub(t.elapsed());
+                            self.work_cv.wait_for(&mut st, left);
+                        }
+                        None => self.work_cv.wait(&mut st),
+                    }
+                }
+            };
+            let result = match work {
+                Work::Sync => {
+                    let to = self.written.get();
+                    self.sync_written(&tail, to).map(|()| {
+                        unsynced_since = None;
+                        unsynced_bytes = 0;
+                    })
+                }
+                Work::Write {
+                    mut batch,
+                    first,
+                    last,
+                    bytes,
+                    durable,
+                } => {
+                    self.taken.advance(last);
+                    let result = self.write_batch(&mut tail, &mut batch, first, bytes, durable);
+                    let mut emptied: Vec<Vec<u8>> = Vec::new();
+                    for chunk in batch.drain(..) {
+                        if let Chunk::Framed { mut bytes, .. } = chunk {
+                            bytes.clear();
+                            emptied.push(bytes);
+                        }
+                    }
+                    spare = batch;
+                    result.map(|timed| {
+                        {
+                            let mut st = self.state.lock();
+                            st.bytes_written += bytes as u64;
+                            st.writing_bytes = 0;
+                            // Two buffers are enough: one being filled while one is written.
+                            let room = 2usize.saturating_sub(st.free_buffers.len());
+                            st.free_buffers.extend(emptied.into_iter().take(room));
+                            match timed {
+                                Timed::Write { write_us, sync_us } => {
+                                    let _ = st.hist.write_us.record(write_us);
+                                    if let Some(us) = sync_us {
+                                        let _ = st.hist.fdatasync_us.record(us);
+                                    }
+                                }
+                                Timed::Dsync { us } => {
+                                    let _ = st.hist.dsync_write_us.record(us);
+                                }
+                            }
+                        }
+                        self.written.advance(last);
+                        if durable {
+                            self.durable.advance(last);
+                        } else {
+                            unsynced_since.get_or_insert_with(Instant::now);
+                            unsynced_bytes += bytes;
+                        }
+                    })
+                }
+            };
+            match result {
+                Ok(()) => self.tell_listeners(Ok(Marks {
+                    written: self.written.get(),
+                    durable: self.durable.get(),
+                })),
+                Err(e) => {
+                    self.state.lock().poisoned = Some(e.clone());
+                    self.tell_listeners(Err(&e));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn tell_listeners(&self, r: Result<Marks, &WalError>) {
+        for l in self.listeners.lock().iter() {
+            l(r);
+        }
+    }
+
+    /// fdatasyncs the tail (everything written to it so far), then moves the durable mark to
+    /// `written`, the written mark read before the call.
+    fn sync_written(&self, tail: &Tail, written: Lsn) -> Result<(), WalError> {
+        let started = Instant::now();
+        tail.file
+            .sync_data()
+            .map_err(|e| WalError::io(&tail.path, e))?;
+        let _ = self
+            .state
+            .lock()
+            .hist
+            .fdatasync_us
+            .record(us_since(started));
+        self.durable.advance(written);
+        Ok(())
+    }
+
+    /// Writes one batch at the end of the tail segment (switching to the spare segment if it
+    /// does not fit), durably if `durable`. Its first record gets the sync-start flag if it is
+    /// the first write since an fdatasync (see [`format`]), and the write carries an end marker after the records (see [`format::END_MARKER`]), which the
+    /// next batch overwrites. `records` is the bytes of the batch's records.
+    fn write_batch(
+        &self,
+        tail: &mut Tail,
+        batch: &mut [Chunk],
+        first: Lsn,
+        records: usize,
+        durable: bool,
+    ) -> Result<Timed, WalError> {
+        let header = format::HEADER_LEN as u64;
+        let marked_len = (records + format::END_MARKER.len()) as u64;
+        if tail.offset > header && tail.offset + marked_len > self.opts.segment_bytes {
+            // Records written to the old segment and not yet synced (async mode) must be
+            // made durable by its own fdatasync: the next segment's does not cover them.
+            let written = self.written.get();
+            if written > self.durable.get() {
+                self.sync_written(tail, written)?;
+            }
+            *tail = self.next_segment(first)?;
+        }
+        if tail.version >= 2 && self.written.get() == self.durable.get() {
+            format::mark_sync_start(batch[0].bytes_mut());
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(batch.len() + 2);
+        parts.extend(batch.iter().map(Chunk::bytes));
+        parts.push(&format::END_MARKER);
+        let timed = self.write_marked(tail, &parts, records, durable)?;
+        tail.offset += records as u64;
+        if std::mem::take(&mut tail.dir_sync_due) {
+            self.fs
+                .sync_dir(&self.dir)
+                .map_err(|e| WalError::io(&self.dir, e))?;
+        }
+        self.maybe_request_spare(tail);
+        Ok(timed)
+    }
+
+    /// [`Shared::write_batch`] once the batch is in place: `parts` hold `records` bytes of
+    /// records, then the marker.
+    fn write_marked(
+        &self,
+        tail: &mut Tail,
+        parts: &[&[u8]],
+        records: usize,
+        durable: bool,
+    ) -> Result<Timed, WalError> {
+        let io = |e| WalError::io(&tail.path, e);
+        let started = Instant::now();
+        match &mut tail.direct {
+            Some(d) if durable => {
+                // Write and fdatasync in one call (pwritev2 with RWF_DSYNC on the real disk).
+                let block_start = tail.offset - d.kept as u64;
+                tail.file
+                    .write_at_durable(block_start, d.stage(parts))
+                    .map_err(io)?;
+                d.advance(records);
+                Ok(Timed::Dsync {
+                    us: us_since(started),
+                })
+            }
+            Some(d) => {
+                // Async on a direct tail: through the page cache, from the same block start
+                // as an O_DIRECT write, so the kept bytes (the header, in a new segment) are
+                // written too.
+                let block_start = tail.offset - d.kept as u64;
+                let mut with_kept: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                with_kept.push(d.kept_bytes());
+                with_kept.extend_from_slice(parts);
+                let file = tail.buffered.as_deref().expect("a direct tail has both");
+                file.write_vectored_at(block_start, &with_kept)
+                    .map_err(io)?;
+                let records_only = &parts[..parts.len() - 1];
+                d.absorb(records_only, records);
+                Ok(Timed::Write {
+                    write_us: us_since(started),
+                    sync_us: None,
+                })
+            }
+            None => {
+                tail.file
+                    .write_vectored_at(tail.offset, parts)
+                    .map_err(io)?;
+                let write_us = us_since(started);
+                let sync_us = if durable {
+                    let synced = Instant::now();
+                    tail.file.sync_data().map_err(io)?;
+                    Some(us_since(synced))
+                } else {
+                    None
+                };
+                Ok(Timed::Write { write_us, sync_us })
+            }
+        }
+    }
+}
+
+/// Puts the calling thread under SCHED_BATCH (see `LogOptions::syncer_batch_sched`); a
+/// failure changes nothing but the scheduling, so it is ignored.
+fn batch_sched_for_this_thread() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is this thread.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+    }
+}
