@@ -115,6 +115,9 @@ impl PersistError {
     }
 }
 
+/// The default of [`PersistConfig::max_pending_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 16 << 20;
+
 /// Persistence settings (ARCUS's names where it has them).
 #[derive(Clone)]
 pub struct PersistConfig {
@@ -138,6 +141,9 @@ pub struct PersistConfig {
     pub direct_io: bool,
     /// Run the log's syncer under SCHED_BATCH (see `cairn_wal::LogOptions::syncer_batch_sched`).
     pub syncer_batch_sched: bool,
+    /// Log bytes waiting for the disk past which writers wait for room (see
+    /// `cairn_wal::LogOptions::max_pending_bytes`; [`DEFAULT_MAX_PENDING_BYTES`]).
+    pub max_pending_bytes: usize,
     /// The file system (the real disk, or a fault-injecting one in tests).
     pub fs: Arc<dyn FileSystem>,
     /// The flash tier, if one is on: checkpoints record its entries (not their values) and
@@ -429,6 +435,7 @@ impl Persistence {
                 prealloc: cairn_wal::Prealloc::ZeroFill,
                 direct_io: config.direct_io,
                 syncer_batch_sched: config.syncer_batch_sched,
+                max_pending_bytes: config.max_pending_bytes,
                 // A checkpoint drops about one checkpoint interval of log, at least
                 // `chkpt_interval_min_logsize` (as configured at start): keep that many
                 // segment files for reuse, so the next interval writes no zero-filled file.

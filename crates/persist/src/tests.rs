@@ -20,6 +20,7 @@ fn config(fs: Arc<dyn FileSystem>, root: &Path) -> PersistConfig {
         segment_bytes: 8 << 10,
         direct_io: false,
         syncer_batch_sched: true,
+        max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
         fs,
         flash: None,
     }

@@ -38,6 +38,12 @@ use crate::Ctx;
 /// Input buffer size to start with; it grows up to one full request.
 const READ_CHUNK: usize = 16 << 10;
 
+/// A connection whose socket always has more input (a client streaming large writes) would
+/// otherwise keep its worker thread for tokio's whole cooperative budget, about 128 reads:
+/// megabytes of copying while the other connections on that thread wait. After this many
+/// input bytes it lets them run first.
+const YIELD_AFTER_BYTES: usize = 256 << 10;
+
 /// Per-connection state carried across batches.
 struct Conn {
     /// TCP, or TLS under `-Z`.
@@ -71,6 +77,8 @@ pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<
         unacked: Ticket::NONE,
         unfenced: Ticket::NONE,
     };
+    // Input bytes read since this task last let others run on its worker thread.
+    let mut read_since_yield = 0usize;
     loop {
         let flow = match answer_batch(&ctx, &mut c).await {
             Ok(flow) => flow,
@@ -86,6 +94,10 @@ pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<
         if flow != Flow::Continue || *shutdown.borrow() {
             return;
         }
+        if read_since_yield >= YIELD_AFTER_BYTES {
+            read_since_yield = 0;
+            tokio::task::yield_now().await;
+        }
         if c.input.capacity() - c.input.len() < READ_CHUNK / 4 {
             c.input.reserve(READ_CHUNK);
         }
@@ -97,6 +109,7 @@ pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<
                     if let Some(r) = &registered {
                         r.command(ctx.now());
                     }
+                    read_since_yield += n;
                 }
             },
             _ = shutdown.changed() => return,

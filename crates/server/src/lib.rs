@@ -32,8 +32,10 @@ use cairn_store::Store;
 
 pub use config::Config;
 
-/// The test switch of [`Ctx::open`]: a slow log disk.
+/// A test switch of [`Ctx::open`]: a slow log disk.
 pub const TEST_SYNC_DELAY_ENV: &str = "CAIRN_TEST_LOG_SYNC_DELAY_MS";
+/// A test switch of [`Ctx::open`]: a smaller bound for the log bytes waiting for the disk.
+pub const TEST_PENDING_KIB_ENV: &str = "CAIRN_TEST_LOG_PENDING_KIB";
 
 /// The version reported by `version` and `stats`.
 pub const VERSION: &str = concat!("1.6.21-cairn-", env!("CARGO_PKG_VERSION"));
@@ -89,32 +91,48 @@ impl Ctx {
     /// Builds the shared state from settings, recovering the store from disk unless
     /// persistence is off. Blocking: call it before serving.
     ///
-    /// A test switch, not a setting: with the environment variable
-    /// `CAIRN_TEST_LOG_SYNC_DELAY_MS=N`, every fdatasync of the log (and every durable write)
-    /// takes N ms longer once recovery is done: a slow or hung log disk on the real file
-    /// system (`cairn_wal::DelayedSyncFs`), for the tests that check reads never wait for it.
+    /// Test switches, not settings (environment variables that `--help` does not show), for
+    /// the tests that check a slow or hung log disk never holds up reads:
+    /// `CAIRN_TEST_LOG_SYNC_DELAY_MS=N` makes every fdatasync of the log (and every durable
+    /// write) take N ms longer once recovery is done, on the real file system
+    /// (`cairn_wal::DelayedSyncFs`); `CAIRN_TEST_LOG_PENDING_KIB=N` bounds the log bytes that
+    /// wait for the disk at N KiB instead of 16 MiB, so a test fills the bound quickly.
     pub fn open(config: Config) -> Result<Arc<Ctx>, String> {
-        let delay = std::env::var(TEST_SYNC_DELAY_ENV)
-            .ok()
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("refusing to start: {TEST_SYNC_DELAY_ENV}={v:?}"))
-            })
-            .transpose()?;
-        let Some(ms) = delay else {
-            return Ctx::open_on(config, Arc::new(cairn_wal::RealFs));
+        let env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| {
+                    v.parse::<u64>()
+                        .map_err(|_| format!("refusing to start: {name}={v:?}"))
+                })
+                .transpose()
+        };
+        let pending = env(TEST_PENDING_KIB_ENV)?
+            .map_or(cairn_persist::DEFAULT_MAX_PENDING_BYTES, |kib| {
+                (kib as usize) << 10
+            });
+        let Some(ms) = env(TEST_SYNC_DELAY_ENV)? else {
+            return Ctx::open_with(config, Arc::new(cairn_wal::RealFs), pending);
         };
         tracing::warn!(
             "{TEST_SYNC_DELAY_ENV}={ms}: every log fdatasync is delayed (a test switch)"
         );
         let fs = cairn_wal::DelayedSyncFs::new(Arc::new(cairn_wal::RealFs));
-        let ctx = Ctx::open_on(config, Arc::new(fs.clone()))?;
+        let ctx = Ctx::open_with(config, Arc::new(fs.clone()), pending)?;
         fs.set_delay(std::time::Duration::from_millis(ms));
         Ok(ctx)
     }
 
     /// [`Ctx::open`] with the snapshots and the log on `fs` (a fault-injecting one in tests).
     pub fn open_on(config: Config, fs: Arc<dyn cairn_wal::FileSystem>) -> Result<Arc<Ctx>, String> {
+        Ctx::open_with(config, fs, cairn_persist::DEFAULT_MAX_PENDING_BYTES)
+    }
+
+    fn open_with(
+        config: Config,
+        fs: Arc<dyn cairn_wal::FileSystem>,
+        max_pending_bytes: usize,
+    ) -> Result<Arc<Ctx>, String> {
         // Access first: a bad auth file or certificate refuses the start before recovery.
         let refuse = |e| format!("refusing to start: {e}");
         let auth = match &config.auth_file {
@@ -161,6 +179,7 @@ impl Ctx {
                         segment_bytes: config.log_segment_mb << 20,
                         direct_io: config.log_direct_io,
                         syncer_batch_sched: config.log_batch_sched,
+                        max_pending_bytes,
                         fs,
                         flash: flash.clone(),
                     },
