@@ -7,7 +7,17 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --all-targets
 cargo test --workspace
 
-if ! python3 -c "import pymemcache, pytest, prometheus_client" 2>/dev/null; then
-    python3 -m pip install --quiet pymemcache pytest prometheus-client
+# The Python suite runs on $PYTHON (default python3) if it has the packages, else in a venv under
+# target/ that this script makes: never a pip install into the system's interpreter (Debian's
+# python3 refuses one; the venv needs its python3-venv package).
+PYTHON="${PYTHON:-python3}"
+PACKAGES=(pymemcache pytest prometheus-client)
+if ! "$PYTHON" -c "import pymemcache, pytest, prometheus_client" 2>/dev/null; then
+    VENV="$PWD/target/python-venv"
+    if ! "$VENV/bin/python" -c "import pymemcache, pytest, prometheus_client" 2>/dev/null; then
+        "$PYTHON" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install --quiet "${PACKAGES[@]}"
+    fi
+    PYTHON="$VENV/bin/python"
 fi
-CAIRN_BIN="$PWD/target/debug/cairn" python3 -m pytest -q tests/python
+CAIRN_BIN="$PWD/target/debug/cairn" "$PYTHON" -m pytest -q tests/python

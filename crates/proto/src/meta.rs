@@ -121,16 +121,10 @@ impl MetaRequest {
     }
 }
 
-fn allowed(cmd: MetaCmd) -> &'static [u8] {
-    match cmd {
-        MetaCmd::Get => b"bcfhklOqstuvNRTE",
-        MetaCmd::Set => b"bcCEFIkOqsTMN",
-        MetaCmd::Delete => b"bCEIkOqTx",
-        MetaCmd::Arith => b"bCENJDTMOqtcvk",
-        MetaCmd::Noop => b"",
-        MetaCmd::Debug => b"b",
-    }
-}
+/// Every flag letter memcached 1.6.4x knows. As memcached, any meta command accepts any of
+/// them (with a well-formed token) and ignores those that mean nothing to it; another letter
+/// is `CLIENT_ERROR invalid flag`.
+const KNOWN_FLAGS: &[u8] = b"bcCDEfFhIJklMNOqRstTuvx";
 
 fn bad_token(consumed: usize) -> ProtocolError {
     ProtocolError::client("bad token in command line format", consumed)
@@ -142,7 +136,7 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
     for w in words {
         let letter = w[0];
         let token = &w[1..];
-        if !letter.is_ascii() || !allowed(cmd).contains(&letter) {
+        if !KNOWN_FLAGS.contains(&letter) {
             return Err(ProtocolError::client("invalid flag", line_len));
         }
         if std::mem::replace(&mut seen[letter as usize], true) {
@@ -186,6 +180,12 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
             b'J' => f.initial = Some(num()?),
             b'F' => f.client_flags = Some(parse_u32(token).ok_or_else(|| bad_token(line_len))?),
             b'M' => {
+                if token.len() != 1 {
+                    return Err(ProtocolError::client(
+                        "incorrect length for M token",
+                        line_len,
+                    ));
+                }
                 let mode = match (cmd, token) {
                     (MetaCmd::Set, b"S" | b"s") => MetaMode::Set,
                     (MetaCmd::Set, b"E" | b"e") => MetaMode::Add,
@@ -200,16 +200,18 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
                             line_len,
                         ))
                     }
-                    _ => {
+                    (MetaCmd::Set, _) => {
                         return Err(ProtocolError::client(
                             "invalid mode for ms M token",
                             line_len,
                         ))
                     }
+                    // A mode means nothing to mg, md, me: ignored, as memcached does.
+                    _ => continue,
                 };
                 f.mode = Some(mode);
             }
-            _ => unreachable!("letter checked against the allowed list"),
+            _ => unreachable!("letter checked against KNOWN_FLAGS"),
         }
     }
     Ok(f)

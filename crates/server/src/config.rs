@@ -166,6 +166,10 @@ pub struct Config {
     /// ignored.
     #[arg(long)]
     pub ext_path: Option<String>,
+    /// UDP port (memcached `-U`): only 0 (off, memcached's default since 1.5.6) is accepted;
+    /// cairn serves TCP only, and refuses to start rather than silently not serve UDP.
+    #[arg(short = 'U', long)]
+    pub udp_port: u16,
 }
 
 impl Default for Config {
@@ -209,6 +213,7 @@ impl Default for Config {
             flash_io_uring: true,
             flash_write_queue: 4,
             ext_path: None,
+            udp_port: 0,
         }
     }
 }
@@ -493,6 +498,12 @@ impl Config {
         };
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return invalid("max_connections", "must be between 1 and 1000000");
+        }
+        if self.udp_port != 0 {
+            return invalid(
+                "udp_port",
+                "must be 0: cairn does not serve memcached's UDP protocol (TCP only)",
+            );
         }
         if self.memory_limit_mb == 0 {
             return invalid("memory_limit_mb", "must be at least 1");
@@ -873,5 +884,20 @@ mod tests {
         assert_eq!(ChkptSetting::from_key("async_logging"), None);
         // The defaults are valid.
         Config::default().validate().unwrap();
+    }
+
+    /// memcached's -U: 0 (UDP off, memcached's default) is accepted, any port refuses to start
+    /// with the reason, and -F disables flush_all.
+    #[test]
+    fn udp_is_refused_and_flush_all_can_be_disabled() {
+        let c = Config::from_args(["cairn", "-U", "0", "-F"]).unwrap();
+        assert_eq!((c.udp_port, c.disable_flush_all), (0, true));
+        let err = Config::from_args(["cairn", "-U", "11211"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("udp_port") && err.contains("TCP only"),
+            "{err}"
+        );
     }
 }

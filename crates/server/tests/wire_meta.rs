@@ -124,7 +124,7 @@ fn meta_errors_and_debug() {
     );
     let me = String::from_utf8(c.exchange(b"me k\r\n")).unwrap();
     assert!(
-        me.starts_with("ME k exp=") && me.contains(" fetch=no ") && me.ends_with(" size=1\r\n"),
+        me.starts_with("ME k exp=") && me.contains(" fetch=no ") && me.ends_with(" size=19\r\n"),
         "{me}"
     );
 }
@@ -152,7 +152,7 @@ fn last_access_and_hits_are_the_items_own() {
             ("mg k l h\r\n", "HD l0 h1\r\n"),
             (
                 "me k\r\n",
-                "ME k exp=900 la=0 cas=2 fetch=yes cls=1 size=1\r\n",
+                "ME k exp=900 la=0 cas=2 fetch=yes cls=1 size=19\r\n",
             ),
         ],
     );
@@ -176,7 +176,7 @@ fn last_access_and_hits_are_the_items_own() {
             ("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n"),
             (
                 "me k\r\n",
-                "ME k exp=863 la=0 cas=2 fetch=yes cls=1 size=1\r\n",
+                "ME k exp=863 la=0 cas=2 fetch=yes cls=1 size=19\r\n",
             ),
         ],
     );
@@ -186,6 +186,66 @@ fn last_access_and_hits_are_the_items_own() {
         &[
             ("touch k 50\r\n", "TOUCHED\r\n"),
             ("mg k l t\r\n", "HD l0 t50\r\n"),
+        ],
+    );
+}
+
+/// memcached 1.6.4x's protocol.txt, flag by flag where 1.6.18 differed or cairn did: E on every
+/// command that writes, C on mg, NS for append/prepend to a missing key, s after an append, c
+/// on every reply that reports an item (c0 where ms stored nothing, as memcached), quiet mode
+/// hiding only the nominal reply (mg q still answers a hit without value with HD, as
+/// memcached 1.6.18 does), flags of other commands accepted and ignored.
+#[test]
+fn meta_follows_protocol_txt_1_6_4x() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("ms k 2 E100 c\r\nab\r\n", "HD c100\r\n"),
+            // s: the size after the append; E: the unique of the new value.
+            ("ms k 2 MA s c E101\r\ncd\r\n", "HD s4 c101\r\n"),
+            ("mg k s v c\r\n", "VA 4 s4 c101\r\nabcd\r\n"),
+            ("ms nope 2 MA c\r\nab\r\n", "NS c0\r\n"),
+            ("ms nope 2 MP k\r\nab\r\n", "NS knope\r\n"),
+            ("ms k 2 ME c k\r\nxx\r\n", "NS c0 kk\r\n"),
+            ("ms k 2 C1 c\r\nxx\r\n", "EX c0\r\n"),
+            // q hides HD only.
+            ("ms gone 2 C1 c q\r\nxx\r\n", "NF c0\r\n"),
+            ("ms k 2 q T0\r\nzz\r\n", ""),
+            // C on mg: another unique is EX and changes nothing.
+            ("mg k C5 v T99\r\n", "EX\r\n"),
+            ("mg k t\r\n", "HD t-1\r\n"),
+            ("mg k q\r\n", "HD\r\n"),
+            ("mg k q v\r\n", "VA 2\r\nzz\r\n"),
+            ("mg nope q v\r\n", ""),
+            // E on mg: a touch (T) or a creation (N) takes the client's unique.
+            ("mg k T30 E200 c t\r\n", "HD c200 t30\r\n"),
+            ("mg k C200 E201 T40 c t\r\n", "HD c201 t40\r\n"),
+            ("mg new N30 E300 c\r\n", "HD c300 W\r\n"),
+            // md I bumps the unique (E's here); x keeps the item without its value.
+            ("md k I E400 q\r\n", ""),
+            ("mg k c\r\n", "HD c400 X W\r\n"),
+            ("md k x E500\r\n", "HD\r\n"),
+            ("mg k v c s\r\n", "VA 0 c500 s0\r\n\r\n"),
+            ("md k q\r\n", ""),
+            ("md k q\r\n", "NF\r\n"),
+            ("ma n N0 J5 E600 c v\r\n", "VA 1 c600\r\n5\r\n"),
+            ("ma n E601 c t\r\n", "HD c601 t-1\r\n"),
+            ("ma n q v\r\n", ""),
+            ("ma n q\r\n", ""),
+            ("mg n v\r\n", "VA 1\r\n8\r\n"),
+            ("ma nope q\r\n", "NF\r\n"),
+            // Flags of other commands are accepted and ignored; unknown letters are not.
+            ("mg n F5 D3 x I v\r\n", "VA 1\r\n8\r\n"),
+            ("md n MS J1\r\n", "HD\r\n"),
+            ("mg n Zz\r\n", "CLIENT_ERROR invalid flag\r\n"),
+            (
+                "mg n MSS\r\n",
+                "CLIENT_ERROR incorrect length for M token\r\n",
+            ),
+            ("mg\r\n", "CLIENT_ERROR bad command line format\r\n"),
+            ("ms\r\n", "CLIENT_ERROR bad command line format\r\n"),
         ],
     );
 }

@@ -818,13 +818,7 @@ impl Entry<'_> {
             Alloc::At(loc) => loc,
             Alloc::NoRoom => return Err(StoreError::OutOfMemory),
         };
-        let cas = match cas {
-            Some(c) => {
-                store.raise_cas_floor(c);
-                c
-            }
-            None => store.next_cas(),
-        };
+        let cas = self.new_cas(cas);
         let offset = self.shard.seg_mut(loc.slot).append(
             self.key, parts, value_len, flags, exptime, cas, state, access,
         );
@@ -897,6 +891,18 @@ impl Entry<'_> {
             }
         }
         true
+    }
+
+    /// A CAS unique for a change made through [`Entry::update_meta`] (meta `md I` bumps it):
+    /// `explicit` (meta `E`, which raises the floor) or a fresh one.
+    pub fn new_cas(&self, explicit: Option<u64>) -> u64 {
+        match explicit {
+            Some(c) => {
+                self.store.raise_cas_floor(c);
+                c
+            }
+            None => self.store.next_cas(),
+        }
     }
 
     /// Removes the live item; returns whether one existed. Reports `Mutation::Deleted`.

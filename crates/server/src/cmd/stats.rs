@@ -34,7 +34,7 @@ fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
     stat(out, "maxbytes", ctx.store.stats().limit_maxbytes);
     stat(out, "maxconns", c.max_connections);
     stat(out, "tcpport", c.port);
-    stat(out, "udpport", 0);
+    stat(out, "udpport", c.udp_port);
     stat(out, "inter", &c.listen);
     stat(out, "verbosity", ctx.verbosity.load(Relaxed));
     stat(
