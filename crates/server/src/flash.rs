@@ -71,7 +71,7 @@ pub async fn resolve_key(ctx: &Ctx, flash: &Flash, key: &[u8]) {
     if ctx.store.flash_candidates(key).is_empty() {
         return;
     }
-    let now = crate::now_unix();
+    let now = ctx.now();
     let mut others = Vec::new();
     flash
         .get_noting_others(&ctx.store, key, now, Promotion::Always, &mut others)
