@@ -50,6 +50,8 @@ fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
     stat(out, "cas_enabled", "yes");
     stat(out, "binding_protocol", "ascii");
     stat(out, "auth_enabled_sasl", "no");
+    stat(out, "auth_enabled_ascii", yes_no(c.auth_file.is_some()));
+    stat(out, "ssl_enabled", yes_no(c.enable_ssl));
     stat(out, "item_size_max", c.item_size_max);
     // Connections past the limit are refused at once with an error, as memcached's default.
     stat(out, "maxconns_fast", "yes");
