@@ -168,32 +168,22 @@ impl Persistence {
         self.log.on_advance(f);
     }
 
-    /// Why writes are refused, if they are (a failed append or a failed log). Cheap when they
-    /// are not: one atomic load.
-    pub fn write_refusal(&self) -> Option<String> {
+    /// Why writes are refused, if they are: the error of the failed append, or the one that
+    /// poisoned the log. Cheap when they are not: one atomic load.
+    pub fn write_refusal(&self) -> Option<WalError> {
         if !self.sink.refusing.load(Ordering::Relaxed) {
             return None;
         }
-        Some(match self.sink.failed.lock().clone() {
-            Some(e) => e,
-            None => self
-                .log
-                .poisoned()
-                .map_or_else(|| "the command log failed".into(), |e| e.to_string()),
-        })
+        let failed = self.sink.failed.lock().clone();
+        Some(
+            failed
+                .or_else(|| self.log.poisoned())
+                .unwrap_or(WalError::Closed),
+        )
     }
 
     fn refusal(&self) -> PersistError {
-        PersistError::Log(self.log.poisoned().unwrap_or_else(|| {
-            WalError::Poisoned {
-                cause: self
-                    .sink
-                    .failed
-                    .lock()
-                    .clone()
-                    .unwrap_or_else(|| "an append failed".into()),
-            }
-        }))
+        PersistError::Log(self.write_refusal().unwrap_or(WalError::Closed))
     }
 
     /// Makes the refusal flag follow the log: called once at open.

@@ -26,6 +26,7 @@
 //! overwritten value never comes back, because its delete or overwrite is a later record.
 
 mod durability;
+mod open;
 pub mod record;
 mod replay;
 mod sink;
@@ -34,13 +35,14 @@ pub mod snapshot;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use cairn_store::{Mutation, MutationSink, Store, StoreConfig};
-use cairn_wal::{Durability, FileSystem, Log, LogOptions, Lsn, WalError};
+use cairn_store::{Mutation, Store};
+use cairn_wal::{Durability, FileSystem, Log, Lsn, WalError};
 use parking_lot::Mutex;
 
 pub use durability::{capture, take_ticket, Ticket};
+pub use open::Unrecoverable;
 pub use sink::LogObserver;
 
 use sink::LogSink;
@@ -90,18 +92,21 @@ impl Mode {
 /// Errors of persistence.
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
-    #[error("I/O error on {path}: {message}")]
-    Io { path: String, message: String },
-    #[error("corrupt file {path} at offset {offset}: {why}")]
+    #[error("I/O error on {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("corrupt file {} at offset {offset}: {why}", path.display())]
     Corrupt {
-        path: String,
+        path: PathBuf,
         offset: u64,
         why: &'static str,
     },
     #[error(transparent)]
     Log(#[from] WalError),
     #[error("cannot recover: {0}")]
-    Unrecoverable(String),
+    Unrecoverable(#[from] Unrecoverable),
     #[error("a checkpoint is already running")]
     Busy,
 }
@@ -109,8 +114,8 @@ pub enum PersistError {
 impl PersistError {
     pub(crate) fn io(path: &Path, e: std::io::Error) -> PersistError {
         PersistError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
+            path: path.to_path_buf(),
+            source: e,
         }
     }
 }
@@ -285,7 +290,7 @@ fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Manifest>, Pe
         .map_err(|e| PersistError::io(&path, e))?;
     let text = String::from_utf8_lossy(&buf[..n]).into_owned();
     let bad = || PersistError::Corrupt {
-        path: path.display().to_string(),
+        path: path.clone(),
         offset: 0,
         why: "unreadable manifest",
     };
@@ -413,279 +418,6 @@ fn list_snapshots(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<Lsn>, PersistEr
 }
 
 impl Persistence {
-    /// Recovers the store from disk (snapshot + log) and starts logging. `mode` must not be
-    /// `Off` (then the caller builds a plain store).
-    pub fn open(
-        config: PersistConfig,
-        store_config: StoreConfig,
-    ) -> Result<Persistence, PersistError> {
-        assert_ne!(config.mode, Mode::Off, "no persistence layer in off mode");
-        let started = Instant::now();
-        let fs = Arc::clone(&config.fs);
-        fs.create_dir_all(&config.data_path)
-            .map_err(|e| PersistError::io(&config.data_path, e))?;
-        let log = Arc::new(Log::open(
-            Arc::clone(&fs),
-            &config.logs_path,
-            LogOptions {
-                durability: config.mode.log_durability(),
-                flush_interval: Duration::from_millis(config.async_flush_ms.max(1)),
-                segment_bytes: config.segment_bytes,
-                max_record_bytes: store_config.item_size_max_bytes + 1024,
-                prealloc: cairn_wal::Prealloc::ZeroFill,
-                direct_io: config.direct_io,
-                syncer_batch_sched: config.syncer_batch_sched,
-                max_pending_bytes: config.max_pending_bytes,
-                // A checkpoint drops about one checkpoint interval of log, at least
-                // `chkpt_interval_min_logsize` (as configured at start): keep that many
-                // segment files for reuse, so the next interval writes no zero-filled file.
-                reuse_segments: usize::try_from(
-                    (config.chkpt_interval_min_logsize_mb << 20)
-                        .div_ceil(config.segment_bytes.max(1)),
-                )
-                .unwrap_or(usize::MAX)
-                .max(2),
-                ..LogOptions::default()
-            },
-        )?);
-        let sink = Arc::new(LogSink::new(Arc::clone(&log)));
-        let flash = config.flash.clone();
-        let store = Arc::new(Store::with_flash(
-            store_config,
-            Some(sink.clone() as Arc<dyn MutationSink>),
-            flash.clone().map(|f| f as Arc<dyn cairn_store::FlashTier>),
-        ));
-        // The writer runs from the start: loading and replay may evict to flash, and wait for
-        // it rather than drop what they evict.
-        if let Some(f) = &flash {
-            f.start(&store);
-            f.set_recovering(true);
-        }
-        let mut stats = PersistStats::default();
-
-        remove_temp_files(fs.as_ref(), &config.data_path);
-        // 1. The newest loadable snapshot, starting from the one the manifest names.
-        let manifest = read_manifest(fs.as_ref(), &config.data_path)?;
-        let named = manifest.map_or(0, |m| m.snapshot_lsn);
-        let mut snapshot_lsn = 0;
-        // Set when snapshots exist but none loads: only a log that reaches back to its first
-        // record can stand in for them.
-        let mut no_snapshot_loaded = false;
-        if manifest.is_some() {
-            let candidates: Vec<Lsn> = list_snapshots(fs.as_ref(), &config.data_path)?
-                .into_iter()
-                .filter(|&l| l <= named)
-                .collect();
-            if named > 0 && candidates.is_empty() {
-                return Err(PersistError::Unrecoverable(format!(
-                    "the manifest names snapshot {} but it is missing",
-                    snapshot::file_name(named)
-                )));
-            }
-            if let Some(f) = &flash {
-                // Before anything is admitted: the segments any loadable snapshot names stay.
-                let mut pins = Vec::new();
-                for &lsn in &candidates {
-                    pins.extend(read_pins(fs.as_ref(), &config.data_path, lsn));
-                }
-                let kept = f.recover_pins(&pins);
-                tracing::info!("flash: {kept} segments named by checkpoints are kept");
-            }
-            let mut loaded = None;
-            for lsn in candidates {
-                let path = config.data_path.join(snapshot::file_name(lsn));
-                tracing::info!("loading snapshot {}", path.display());
-                let now = now_unix();
-                let dropped = AtomicU64::new(0);
-                let flash_restored = AtomicU64::new(0);
-                let flash_dropped = AtomicU64::new(0);
-                let result = snapshot::load(fs.as_ref(), &path, recovery_threads(), |rec| {
-                    let it = match rec {
-                        snapshot::SnapRecord::Item(it) => it,
-                        snapshot::SnapRecord::Flash(e) => {
-                            let loc = cairn_store::FlashLoc(e.loc);
-                            let fits = e.shard_count as usize == store.shard_count()
-                                && flash.as_ref().is_some_and(|f| f.trusts(loc, e.seq));
-                            if fits {
-                                store.restore_flash(e.shard as usize, loc);
-                                flash_restored.fetch_add(1, Ordering::Relaxed);
-                            } else {
-                                flash_dropped.fetch_add(1, Ordering::Relaxed);
-                            }
-                            return;
-                        }
-                    };
-                    // An item that expired while cairn was down is not loaded at all.
-                    if it.exptime != 0 && it.exptime <= now {
-                        store.raise_cas_floor(it.cas);
-                    } else if !replay::apply(
-                        &store,
-                        now,
-                        record::Record::Stored {
-                            key: it.key,
-                            value: it.value,
-                            flags: it.flags,
-                            exptime: it.exptime,
-                            cas: it.cas,
-                            stale: it.stale,
-                        },
-                    ) {
-                        dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
-                match result {
-                    Ok(snap) => {
-                        store.raise_cas_floor(snap.cas_floor);
-                        loaded = Some(snap.lsn);
-                        stats.recovered_items = snap.items;
-                        stats.recovery_dropped_items += dropped.into_inner();
-                        stats.recovered_flash_items = flash_restored.into_inner();
-                        stats.recovery_flash_dropped = flash_dropped.into_inner();
-                        if stats.recovery_flash_dropped > 0 {
-                            tracing::warn!(
-                                "recovery: {} flash items of the snapshot could not be trusted \
-                                 (segment rewritten, no flash tier, or another -m) and are lost",
-                                stats.recovery_flash_dropped
-                            );
-                        }
-                        stats.snapshot_bytes = fs.open(&path).and_then(|f| f.size()).unwrap_or(0);
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            "snapshot {} is unusable ({e}); trying the previous one",
-                            path.display()
-                        );
-                        store.flush_all();
-                    }
-                }
-            }
-            snapshot_lsn = match loaded {
-                Some(l) => l,
-                None => {
-                    if named > 0 {
-                        tracing::warn!(
-                            "no snapshot could be loaded (see the errors above); trying the \
-                             whole log instead"
-                        );
-                        no_snapshot_loaded = true;
-                    }
-                    0
-                }
-            };
-        }
-
-        // 2. Replay the log after the snapshot. The log must reach back to it.
-        let replay::Replayed {
-            first_seen,
-            records: replayed,
-            bytes: log_bytes_recovered,
-            dropped,
-        } = replay::replay(&log, &store, snapshot_lsn + 1, recovery_threads())?;
-        stats.recovery_dropped_items += dropped;
-        if stats.recovery_dropped_items > 0 {
-            tracing::warn!(
-                "recovery: {} items did not fit this configuration (-m or -I smaller than when \
-                 they were written) and were left out",
-                stats.recovery_dropped_items
-            );
-        }
-        // The whole log stands in for the snapshots only if it is the log they were taken
-        // from: it starts at record 1 and reaches the named snapshot's LSN (a checkpoint makes
-        // the log durable up to its LSN before the manifest names it). An empty or re-created
-        // log does not.
-        if no_snapshot_loaded && (first_seen != Some(1) || log.appended_lsn() < named) {
-            return Err(PersistError::Unrecoverable(format!(
-                "no snapshot could be loaded (see the errors above), and the log does not hold \
-                 every record from the first to {named} (it starts at {} and ends at {}): the \
-                 state cannot be rebuilt",
-                first_seen.map_or("none".to_string(), |f| f.to_string()),
-                log.appended_lsn()
-            )));
-        }
-        // A checkpoint makes the log durable up to its snapshot's LSN before the manifest
-        // names it, so a log that ends before that is not this data's log (a lost log folder,
-        // or `logs_path` pointing elsewhere): starting would silently lose what came after.
-        if log.appended_lsn() < snapshot_lsn {
-            return Err(PersistError::Unrecoverable(format!(
-                "the log in {} ends at record {} but the snapshot was taken at {snapshot_lsn}: \
-                 the log after it is missing (is logs_path right?)",
-                config.logs_path.display(),
-                log.appended_lsn()
-            )));
-        }
-        if let Some(first) = first_seen {
-            if first != snapshot_lsn + 1 {
-                return Err(PersistError::Unrecoverable(format!(
-                    "the log starts at record {first} but the snapshot needs it from {}",
-                    snapshot_lsn + 1
-                )));
-            }
-        } else if log.appended_lsn() > snapshot_lsn {
-            return Err(PersistError::Unrecoverable(format!(
-                "the log holds records up to {} but none after the snapshot at {snapshot_lsn} could be read",
-                log.appended_lsn()
-            )));
-        }
-        stats.recovered_log_records = replayed;
-        stats.snapshot_lsn = snapshot_lsn;
-        stats.recovery_ms = started.elapsed().as_millis() as u64;
-        let live = store.stats().curr_items;
-        tracing::info!(
-            "recovery done in {} ms: snapshot at {snapshot_lsn} ({} items), {replayed} log records, {live} live items",
-            stats.recovery_ms,
-            stats.recovered_items
-        );
-        stats.recovered_items = live;
-        // CAS uniques handed out before the crash but not durable (async mode, or a `gets` of a
-        // sync write that never became durable) are in no file: skip far past them. The new
-        // floor goes into the manifest before anything is served, so that uniques handed out
-        // by this run and never made durable are skipped by the next recovery too.
-        let manifest_floor = manifest.map_or(0, |m| m.cas_floor);
-        store.raise_cas_floor(
-            store
-                .cas_floor()
-                .max(manifest_floor)
-                .saturating_add(CAS_GAP_AFTER_RECOVERY),
-        );
-        write_manifest(
-            fs.as_ref(),
-            &config.data_path,
-            Manifest {
-                snapshot_lsn: named,
-                cas_floor: store.cas_floor(),
-            },
-        )?;
-        sink.recording.store(true, Ordering::SeqCst);
-        if let Some(f) = &flash {
-            f.set_recovering(false);
-        }
-        // A `flush_all <delay>` whose time passed while cairn was down runs now, and is logged
-        // (a Flushed record), so that the next recovery does not run it again over newer writes.
-        // One still in the future stays scheduled; the server arms its timer.
-        if let Some(at) = store.scheduled_flush() {
-            if at <= now_unix() {
-                tracing::info!("running the flush_all scheduled for {at}, due while stopped");
-                store.run_scheduled_flush(at);
-            }
-        }
-        let p = Persistence {
-            mode: AtomicU8::new(config.mode as u8),
-            pct_snapshot: AtomicU64::new(config.chkpt_interval_pct_snapshot),
-            min_logsize_mb: AtomicU64::new(config.chkpt_interval_min_logsize_mb),
-            config,
-            log,
-            sink,
-            store,
-            stats: Mutex::new(stats),
-            checkpoint_running: Mutex::new(()),
-            log_bytes_recovered,
-            log_bytes_at_checkpoint: AtomicU64::new(0),
-        };
-        p.watch_log_failure();
-        Ok(p)
-    }
-
     /// The recovered store, with logging switched on.
     pub fn store(&self) -> Arc<Store> {
         Arc::clone(&self.store)

@@ -73,9 +73,8 @@ pub(crate) fn replay(
         };
         log.read_from::<PersistError>(from, |lsn, payload| {
             first_seen.get_or_insert(lsn);
-            let rec = record::decode(payload).ok_or_else(|| {
-                PersistError::Unrecoverable(format!("log record {lsn} does not decode"))
-            })?;
+            let rec = record::decode(payload)
+                .ok_or_else(|| PersistError::from(crate::Unrecoverable::BadRecord { lsn }))?;
             match rec {
                 Record::Stored { key, .. } | Record::Deleted { key } => {
                     let k = store.shard_of(key) % workers;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cairn_store::{Mutation, MutationSink};
-use cairn_wal::{Log, Lsn};
+use cairn_wal::{Log, Lsn, WalError};
 use parking_lot::{Mutex, RwLock};
 
 use crate::record;
@@ -42,7 +42,7 @@ pub(crate) struct LogSink {
     /// Off during recovery (replayed changes are already in the log).
     pub recording: AtomicBool,
     /// The first append error; further writes are refused.
-    pub failed: Mutex<Option<String>>,
+    pub failed: Mutex<Option<WalError>>,
     /// Set once writes are refused (an append failed, or the log was poisoned).
     pub refusing: Arc<AtomicBool>,
     observers: RwLock<Vec<Arc<dyn LogObserver>>>,
@@ -91,7 +91,7 @@ impl MutationSink for LogSink {
                 let mut failed = self.failed.lock();
                 if failed.is_none() {
                     tracing::error!("command log append failed, refusing writes: {e}");
-                    *failed = Some(e.to_string());
+                    *failed = Some(e);
                 }
                 self.refusing.store(true, Ordering::SeqCst);
                 // The front end answers with an error instead of acknowledging.

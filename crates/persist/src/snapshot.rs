@@ -222,7 +222,7 @@ impl Writer {
 
 fn bad(path: &Path, offset: u64, why: &'static str) -> PersistError {
     PersistError::Corrupt {
-        path: path.display().to_string(),
+        path: path.to_path_buf(),
         offset,
         why,
     }

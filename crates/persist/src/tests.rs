@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use cairn_store::StoreConfig;
 use cairn_testkit::{power_cut, FaultyFs, Op};
 use cairn_wal::RealFs;
 

@@ -233,8 +233,9 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
                     room_for_a_write(ctx).await;
                     if let Some(why) = ctx.write_refusal() {
                         c.output.extend_from_slice(b"SERVER_ERROR writes refused: ");
-                        c.output
-                            .extend_from_slice(why.replace(['\r', '\n'], " ").as_bytes());
+                        c.output.extend_from_slice(
+                            why.to_string().replace(['\r', '\n'], " ").as_bytes(),
+                        );
                         c.output.extend_from_slice(b"\r\n");
                         continue;
                     }

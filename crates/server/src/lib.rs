@@ -259,7 +259,7 @@ impl Ctx {
     }
 
     /// Why writes are refused right now (the log failed), if they are.
-    pub fn write_refusal(&self) -> Option<String> {
+    pub fn write_refusal(&self) -> Option<cairn_wal::WalError> {
         self.persist.as_ref().and_then(|p| p.write_refusal())
     }
 }

@@ -204,15 +204,15 @@ impl Default for LogOptions {
 /// Errors of the log. Clone, so one failure can be handed to every waiter.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WalError {
-    #[error("I/O error on {path}: {message}")]
-    Io { path: String, message: String },
-    #[error("no space left on device writing {path}")]
-    NoSpace { path: String },
+    #[error("I/O error on {}: {source}", path.display())]
+    Io { path: PathBuf, source: IoCause },
+    #[error("no space left on device writing {}", path.display())]
+    NoSpace { path: PathBuf },
     #[error("the log stopped accepting writes after an earlier failure: {cause}")]
-    Poisoned { cause: String },
-    #[error("corrupt log: {path} at offset {offset}: {why}")]
+    Poisoned { cause: Arc<WalError> },
+    #[error("corrupt log: {} at offset {offset}: {why}", path.display())]
     Corrupt {
-        path: String,
+        path: PathBuf,
         offset: u64,
         why: &'static str,
     },
@@ -220,6 +220,8 @@ pub enum WalError {
     TooLarge { size: usize, max: usize },
     #[error("the log is closed")]
     Closed,
+    #[error("the log's syncer thread panicked")]
+    SyncerPanicked,
     #[error("invalid log options: max_record_bytes is {max_record_bytes}, over the format's limit of 4294967295 (a 32-bit length)")]
     RecordLimit { max_record_bytes: usize },
 }
@@ -228,16 +230,37 @@ impl WalError {
     pub(crate) fn io(path: &Path, e: std::io::Error) -> WalError {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             WalError::NoSpace {
-                path: path.display().to_string(),
+                path: path.to_path_buf(),
             }
         } else {
             WalError::Io {
-                path: path.display().to_string(),
-                message: e.to_string(),
+                path: path.to_path_buf(),
+                source: IoCause(Arc::new(e)),
             }
         }
     }
 }
+
+/// The operating system's error behind [`WalError::Io`], shared so that the error can be
+/// cloned to every waiter. Two are equal when they are of the same kind and errno.
+#[derive(Clone, Debug)]
+pub struct IoCause(pub Arc<std::io::Error>);
+
+impl std::fmt::Display for IoCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoCause {}
+
+impl PartialEq for IoCause {
+    fn eq(&self, other: &IoCause) -> bool {
+        self.0.kind() == other.0.kind() && self.0.raw_os_error() == other.0.raw_os_error()
+    }
+}
+
+impl Eq for IoCause {}
 
 /// Median and 99th percentile of one kind of call, in microseconds, and how many were made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -286,7 +309,7 @@ pub struct LogStats {
     /// Bytes of all segment files (their preallocated size).
     pub log_bytes: u64,
     /// The failure that poisoned the log, if any.
-    pub poisoned: Option<String>,
+    pub poisoned: Option<WalError>,
     /// The whole distributions behind the figures above (for Prometheus histograms).
     pub histograms: LogHistograms,
 }
@@ -749,7 +772,7 @@ impl Log {
             spare_preparing,
             segments: st.segments.len(),
             log_bytes: st.segments.len() as u64 * sh.opts.segment_bytes,
-            poisoned: st.poisoned.as_ref().map(|e| e.to_string()),
+            poisoned: st.poisoned.clone(),
             histograms: st.hist.clone(),
         }
     }
@@ -786,7 +809,7 @@ fn poisoned(e: &WalError) -> WalError {
     match e {
         WalError::Poisoned { .. } => e.clone(),
         other => WalError::Poisoned {
-            cause: other.to_string(),
+            cause: Arc::new(other.clone()),
         },
     }
 }

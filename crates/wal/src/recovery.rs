@@ -239,7 +239,7 @@ fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>,
 
 fn corrupt(path: &Path, offset: u64, why: &'static str) -> WalError {
     WalError::Corrupt {
-        path: path.display().to_string(),
+        path: path.to_path_buf(),
         offset,
         why,
     }

@@ -34,9 +34,10 @@ impl Drop for SyncerExit {
     fn drop(&mut self) {
         let sh = &self.0;
         if std::thread::panicking() {
-            sh.state.lock().poisoned.get_or_insert(WalError::Poisoned {
-                cause: "the log's syncer thread panicked".into(),
-            });
+            sh.state
+                .lock()
+                .poisoned
+                .get_or_insert(WalError::SyncerPanicked);
         }
         sh.syncer_stopped.store(true, Ordering::SeqCst);
         sh.taken.wake_all();
