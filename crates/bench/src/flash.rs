@@ -398,31 +398,57 @@ fn crash(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<Crash, String> {
         crash.recovery_ms.max(1.0),
     );
     // Every key checked: overwritten ones hold the new value, deleted ones are gone, the rest
-    // hold what the insert wrote (evicted items may be missing: counted as lost).
-    let mut c = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    c.set_read_timeout(Some(Duration::from_secs(60)))
-        .map_err(|e| e.to_string())?;
-    let mut k = 1u64;
-    while k <= args.keys {
-        let batch: Vec<String> = (k..(k + 100).min(args.keys + 1))
-            .map(|i| format!("memtier-{i}"))
+    // hold what the insert wrote (evicted items may be missing: counted as lost). Eight
+    // connections at once, each its own stripe of the keys (a flash hit is a device read).
+    const CHECKERS: u64 = 8;
+    let counts: Vec<Result<(u64, u64, u64), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CHECKERS)
+            .map(|stripe| {
+                s.spawn(move || -> Result<(u64, u64, u64), String> {
+                    let mut c =
+                        TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+                    c.set_read_timeout(Some(Duration::from_secs(60)))
+                        .map_err(|e| e.to_string())?;
+                    let (mut checked, mut lost, mut back) = (0, 0, 0);
+                    let mut k = 1 + stripe * 100;
+                    while k <= args.keys {
+                        let batch: Vec<String> = (k..(k + 100).min(args.keys + 1))
+                            .map(|i| format!("memtier-{i}"))
+                            .collect();
+                        let got = get_many(&mut c, &batch)?;
+                        for (i, key) in (k..).zip(&batch) {
+                            checked += 1;
+                            let want: Option<Vec<u8>> = match i {
+                                1..=1000 => Some(format!("overwritten-{i}").into_bytes()),
+                                1001..=2000 => None,
+                                _ => Some(load::value_for(i, args.data_size)),
+                            };
+                            match (got.get(key), &want) {
+                                (Some(v), Some(w)) if v == w => {}
+                                (None, Some(_)) => lost += 1,
+                                (None, None) => {}
+                                _ => back += 1,
+                            }
+                        }
+                        k += 100 * CHECKERS;
+                    }
+                    Ok((checked, lost, back))
+                })
+            })
             .collect();
-        let got = get_many(&mut c, &batch)?;
-        for (i, key) in (k..).zip(&batch) {
-            crash.checked += 1;
-            let want: Option<Vec<u8>> = match i {
-                1..=1000 => Some(format!("overwritten-{i}").into_bytes()),
-                1001..=2000 => None,
-                _ => Some(load::value_for(i, args.data_size)),
-            };
-            match (got.get(key), &want) {
-                (Some(v), Some(w)) if v == w => {}
-                (None, Some(_)) => crash.lost += 1,
-                (None, None) => {}
-                _ => crash.came_back += 1,
-            }
-        }
-        k += 100;
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a checker panicked".into()))
+            })
+            .collect()
+    });
+    for c in counts {
+        let (checked, lost, back) = c?;
+        crash.checked += checked;
+        crash.lost += lost;
+        crash.came_back += back;
     }
     let evictions = p.stats()?.get("evictions").copied().unwrap_or(0.0);
     if evictions > 0.0 {
