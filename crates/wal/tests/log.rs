@@ -993,9 +993,13 @@ fn ten_writes_then_one_of_thirty() -> (FaultyFs, PathBuf, Vec<usize>) {
             log.commit(&varied(lsn)).unwrap();
             continue;
         }
-        log.append(&varied(lsn)).unwrap();
+        // Hold the fdatasync before 11 is appended: holding it after could come too late (the
+        // syncer may already have synced 11 alone), and the wait below would never end.
         if lsn == 11 {
             fs.hold_syncs(true);
+        }
+        log.append(&varied(lsn)).unwrap();
+        if lsn == 11 {
             while fs.syncs_held() == 0 {
                 std::thread::yield_now();
             }
