@@ -8,7 +8,7 @@ For the memcached-protocol servers the `bytes` stat (what the server counts as i
 for cairn the items' bytes in segments, without the index) is also divided by N: it does not
 depend on allocator and table-growth noise, so it shows a change of layout exactly.
 
-usage: scripts/bytes_per_item.py [N] [--cairn target/release/cairn]
+usage: scripts/bytes_per_item.py [N] [--cairn target/release/cairn] [--cairn-arg=--grpc-listen=off ...]
 """
 
 import argparse
@@ -106,6 +106,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("n", type=int, nargs="?", default=10_000_000)
     ap.add_argument("--cairn", default="target/release/cairn")
+    ap.add_argument("--cairn-arg", action="append", default=[], help="an extra argument for cairn (repeat)")
     args = ap.parse_args()
     n = args.n
     mem_mb = str(max(256, n * 400 // 2**20))
@@ -114,7 +115,7 @@ def main():
     results = {}
     port = free_port()
     results["cairn"] = measure(
-        "cairn", [args.cairn, "-p", str(port), "-m", mem_mb, "-t", "2"], port, load_memcache, b"version\r\n", b"VERSION", n
+        "cairn", [args.cairn, "-p", str(port), "-m", mem_mb, "-t", "2", *args.cairn_arg], port, load_memcache, b"version\r\n", b"VERSION", n
     )
     if shutil.which("memcached"):
         port = free_port()

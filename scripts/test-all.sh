@@ -11,10 +11,10 @@ cargo test --workspace
 # target/ that this script makes: never a pip install into the system's interpreter (Debian's
 # python3 refuses one; the venv needs its python3-venv package).
 PYTHON="${PYTHON:-python3}"
-PACKAGES=(pymemcache pytest prometheus-client)
-if ! "$PYTHON" -c "import pymemcache, pytest, prometheus_client" 2>/dev/null; then
+PACKAGES=(pymemcache pytest prometheus-client grpcio grpcio-tools grpcio-health-checking grpcio-reflection)
+if ! "$PYTHON" -c "import pymemcache, pytest, prometheus_client, grpc, grpc_tools, grpc_health, grpc_reflection" 2>/dev/null; then
     VENV="$PWD/target/python-venv"
-    if ! "$VENV/bin/python" -c "import pymemcache, pytest, prometheus_client" 2>/dev/null; then
+    if ! "$VENV/bin/python" -c "import pymemcache, pytest, prometheus_client, grpc, grpc_tools, grpc_health, grpc_reflection" 2>/dev/null; then
         "$PYTHON" -m venv "$VENV"
         "$VENV/bin/python" -m pip install --quiet "${PACKAGES[@]}"
     fi

@@ -17,7 +17,7 @@ BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn")
 @pytest.fixture()
 def server(tmp_path):
     proc = subprocess.Popen(
-        [BIN, "-p", "0", "--data-dir", str(tmp_path), "--log-segment-mb", "2"],
+        [BIN, "-p", "0", "--data-dir", str(tmp_path), "--log-segment-mb", "2", "--grpc-listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

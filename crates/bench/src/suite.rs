@@ -275,6 +275,9 @@ fn spawn_cairn(
             mode,
             // The checkpoint dip phase sends `checkpoint`.
             "--enable-admin",
+            // The gRPC API stays on (its hub is part of the default cost), on a free port.
+            "--grpc-listen",
+            "127.0.0.1:0",
             "--data-dir",
         ])
         .arg(dir)

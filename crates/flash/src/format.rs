@@ -204,6 +204,8 @@ pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Damage> {
             fetched: state & STATE_FETCHED != 0,
             stale: state & STATE_STALE != 0,
             win_sent: state & STATE_WIN_SENT != 0,
+            // Not kept on flash yet: a promoted item reads as revision 0.
+            mod_revision: 0,
         },
         len,
     })
@@ -308,6 +310,7 @@ mod tests {
             fetched: true,
             stale: false,
             win_sent: true,
+            mod_revision: 0,
         }
     }
 

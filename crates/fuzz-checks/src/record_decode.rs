@@ -30,9 +30,15 @@ pub fn check(data: &[u8]) {
                 fetched: false,
                 stale,
                 win_sent: false,
+                mod_revision: 0,
             },
+            prev: None,
         },
-        Record::Deleted { key } => Mutation::Deleted { key },
+        Record::Deleted { key, reason } => Mutation::Deleted {
+            key,
+            reason,
+            prev: None,
+        },
         Record::Flushed => Mutation::Flushed,
         Record::FlushScheduled { at } => Mutation::FlushScheduled { at },
     };

@@ -21,9 +21,15 @@
 //! (the store changes and the LSN is assigned in one critical section), so its result or a later
 //! one is in the snapshot. Every later mutation has a record with LSN > L0, and records hold
 //! resulting states, so replaying them in order over the snapshot ends with each key's last
-//! state. Evictions and expiry are not logged: an evicted item may come back after a restart
-//! (it was never deleted by a client) and an expired one stays expired; a deleted or
+//! state. Expiry and eviction are logged too (small records, never waited for): replaying them
+//! removes the key, so an evicted item does not come back after a restart; a deleted or
 //! overwritten value never comes back, because its delete or overwrite is a later record.
+//!
+//! Revisions: every record's LSN is the revision of its mutation (`ItemMeta::mod_revision`),
+//! so revisions increase along the log and are never reused after a restart. Observers of the
+//! mutation seam ([`LogObserver`], the gRPC watch hub) get each mutation with its LSN, and
+//! [`Persistence::safe_lsn`] / [`Persistence::on_advance`] tell them how far the log is safe,
+//! so that they publish nothing a crash could take back.
 
 mod durability;
 mod open;
@@ -156,6 +162,31 @@ pub struct PersistConfig {
     pub flash: Option<Arc<cairn_flash::Flash>>,
 }
 
+/// Why [`Persistence::read_history`] could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The log no longer holds `from`: a checkpoint dropped the segments before `first`.
+    #[error("the command log starts at record {first}")]
+    Compacted { first: Lsn },
+    #[error(transparent)]
+    Failed(#[from] PersistError),
+}
+
+/// How a history read stops inside [`Log::read_from`].
+enum ReadStop {
+    /// Enough records (or past `upto`): not an error.
+    Full,
+    /// The first record read had this LSN, past the one asked for.
+    Compacted(Lsn),
+    Failed(PersistError),
+}
+
+impl From<WalError> for ReadStop {
+    fn from(e: WalError) -> Self {
+        ReadStop::Failed(e.into())
+    }
+}
+
 /// Figures shown by `stats persistence`.
 #[derive(Default, Clone, Debug)]
 pub struct PersistStats {
@@ -192,6 +223,9 @@ pub struct Persistence {
     stats: Mutex<PersistStats>,
     /// Held while a checkpoint runs.
     checkpoint_running: Mutex<()>,
+    /// Readers of old log records ([`Persistence::read_history`]) hold it shared; dropping
+    /// log segments holds it exclusively, since a dropped segment's file may be reused.
+    history: parking_lot::RwLock<()>,
     /// Log bytes after the snapshot that recovery found (replayed at open): they count
     /// toward the next checkpoint like bytes written since.
     log_bytes_recovered: u64,
@@ -451,6 +485,53 @@ impl Persistence {
         self.sink.add_observer(o);
     }
 
+    /// Calls `f` with the durable records from `from` to `upto` in order, at most `max_records`
+    /// of them or about `max_bytes` of payload, and returns the LSN to continue from. The
+    /// watch reads revisions older than its in-memory history this way. Compacted when a
+    /// checkpoint already dropped `from`.
+    ///
+    /// A read scans its first segment from the start (segments have no index), so a reader
+    /// far behind pays a scan of up to one segment per call.
+    pub fn read_history(
+        &self,
+        from: Lsn,
+        upto: Lsn,
+        max_records: usize,
+        max_bytes: usize,
+        mut f: impl FnMut(Lsn, record::Record<'_>),
+    ) -> Result<Lsn, HistoryError> {
+        let _no_truncation = self.history.read();
+        let mut next = from;
+        let mut bytes = 0usize;
+        let mut count = 0usize;
+        let r = self.log.read_from::<ReadStop>(from, |lsn, payload| {
+            if lsn > upto || count >= max_records || bytes >= max_bytes {
+                return Err(ReadStop::Full);
+            }
+            if lsn != next {
+                // The first record read is past `from`: the segments holding it are gone.
+                return Err(ReadStop::Compacted(lsn));
+            }
+            let rec = record::decode(payload)
+                .ok_or_else(|| ReadStop::Failed(Unrecoverable::BadRecord { lsn }.into()))?;
+            f(lsn, rec);
+            next = lsn + 1;
+            count += 1;
+            bytes += payload.len();
+            Ok(())
+        });
+        match r {
+            Ok(()) | Err(ReadStop::Full) => Ok(next),
+            Err(ReadStop::Compacted(first)) => Err(HistoryError::Compacted { first }),
+            Err(ReadStop::Failed(e)) => Err(HistoryError::Failed(e)),
+        }
+    }
+
+    /// The highest LSN assigned so far: a revision beyond it has not happened yet.
+    pub fn appended_lsn(&self) -> Lsn {
+        self.log.appended_lsn()
+    }
+
     /// The ARCUS checkpoint trigger's `chkpt_interval_pct_snapshot` in force.
     pub fn chkpt_interval_pct_snapshot(&self) -> u64 {
         self.pct_snapshot.load(Ordering::Relaxed)
@@ -552,7 +633,7 @@ impl Persistence {
                 Some(at) => {
                     let mut buf = Vec::new();
                     record::encode(&mut buf, &Mutation::FlushScheduled { at });
-                    self.log.append(&buf)
+                    self.sink.append_bookkeeping(&buf)
                 }
                 None => Ok(l0),
             };
@@ -589,6 +670,7 @@ impl Persistence {
                             exptime: meta.exptime,
                             cas: meta.cas,
                             stale: meta.stale,
+                            mod_revision: meta.mod_revision,
                         },
                     );
                     items.set(items.get() + 1);
@@ -643,7 +725,10 @@ impl Persistence {
         let previous = self.stats.lock().snapshot_lsn;
         self.stats.lock().snapshot_lsn = l0;
         // Keep the previous snapshot (a fallback) and the log back to it; drop what is older.
-        self.log.truncate_before(previous + 1)?;
+        {
+            let _no_history_reads = self.history.write();
+            self.log.truncate_before(previous + 1)?;
+        }
         for old in list_snapshots(fs, dir)? {
             if old < previous {
                 let p = dir.join(snapshot::file_name(old));

@@ -116,6 +116,7 @@ impl Persistence {
             store,
             stats: Mutex::new(stats),
             checkpoint_running: Mutex::new(()),
+            history: parking_lot::RwLock::new(()),
             log_bytes_recovered,
             log_bytes_at_checkpoint: AtomicU64::new(0),
         };
@@ -274,6 +275,7 @@ fn load_one_snapshot(
         } else if !replay::apply(
             store,
             now,
+            it.mod_revision,
             record::Record::Stored {
                 key: it.key,
                 value: it.value,

@@ -7,6 +7,8 @@
 //!     kind u8 = 3 Flushed
 //!     kind u8 = 4 FlushScheduled: at u32 (flush_all <delay>: flush everything at unix time
 //!                 `at` unless a later Flushed or FlushScheduled record replaces it)
+//!     kind u8 = 5 Expired: klen u8 | key   (the store removed the item: its expiry passed)
+//!     kind u8 = 6 Evicted: klen u8 | key   (the store dropped the item for good to make room)
 //!   state bit 0: stale (meta invalidate); other bits are 0 (a record with one set does not
 //!   decode). exptime is absolute unix seconds, 0 = never.
 //! ```
@@ -14,13 +16,18 @@
 //! Replaying a record sets the key to exactly that state, so replay is idempotent and the
 //! last record of a key wins: incr, append, cas, touch and the meta commands all log what they
 //! produced. The log's CRC (cairn-wal) guards the bytes; this decoder still checks every length.
+//! Expired and Evicted replay like Deleted (the key goes): with them in the log, an evicted
+//! item does not come back after a restart, and a watcher resuming from a revision gets the
+//! removals it missed.
 
-use cairn_store::{ItemMeta, Mutation};
+use cairn_store::{DeleteReason, ItemMeta, Mutation};
 
 pub const STORED: u8 = 1;
 pub const DELETED: u8 = 2;
 pub const FLUSHED: u8 = 3;
 pub const FLUSH_SCHEDULED: u8 = 4;
+pub const EXPIRED: u8 = 5;
+pub const EVICTED: u8 = 6;
 
 const STALE: u8 = 1;
 
@@ -37,6 +44,7 @@ pub enum Record<'a> {
     },
     Deleted {
         key: &'a [u8],
+        reason: DeleteReason,
     },
     Flushed,
     FlushScheduled {
@@ -56,15 +64,21 @@ pub fn encode(out: &mut Vec<u8>, m: &Mutation<'_>) {
 pub fn encode_head<'m>(head: &mut Vec<u8>, m: &Mutation<'m>) -> &'m [u8] {
     head.clear();
     match m {
-        Mutation::Stored { key, value, meta } => {
+        Mutation::Stored {
+            key, value, meta, ..
+        } => {
             head.push(STORED);
             head.push(u8::try_from(key.len()).expect("keys are at most 250 bytes"));
             head.extend_from_slice(key);
             encode_meta(head, meta);
             value
         }
-        Mutation::Deleted { key } => {
-            head.push(DELETED);
+        Mutation::Deleted { key, reason, .. } => {
+            head.push(match reason {
+                DeleteReason::Client => DELETED,
+                DeleteReason::Expired => EXPIRED,
+                DeleteReason::Evicted => EVICTED,
+            });
             head.push(u8::try_from(key.len()).expect("keys are at most 250 bytes"));
             head.extend_from_slice(key);
             &[]
@@ -99,9 +113,15 @@ pub fn decode(b: &[u8]) -> Option<Record<'_>> {
         FLUSH_SCHEDULED => Some(Record::FlushScheduled {
             at: u32::from_le_bytes(rest.try_into().ok()?),
         }),
-        DELETED => {
+        DELETED | EXPIRED | EVICTED => {
             let (&klen, rest) = rest.split_first()?;
-            (rest.len() == klen as usize && klen > 0).then_some(Record::Deleted { key: rest })
+            let reason = match kind {
+                DELETED => DeleteReason::Client,
+                EXPIRED => DeleteReason::Expired,
+                _ => DeleteReason::Evicted,
+            };
+            (rest.len() == klen as usize && klen > 0)
+                .then_some(Record::Deleted { key: rest, reason })
         }
         STORED => {
             let (&klen, rest) = rest.split_first()?;
@@ -144,6 +164,7 @@ mod tests {
             fetched: false,
             stale: true,
             win_sent: false,
+            mod_revision: 0,
         };
         let mut out = Vec::new();
         encode(
@@ -152,6 +173,7 @@ mod tests {
                 key: b"k",
                 value: b"value",
                 meta,
+                prev: None,
             },
         );
         assert_eq!(
@@ -165,8 +187,31 @@ mod tests {
                 stale: true
             })
         );
-        encode(&mut out, &Mutation::Deleted { key: b"gone" });
-        assert_eq!(decode(&out), Some(Record::Deleted { key: b"gone" }));
+        let prev = cairn_store::PrevItem {
+            value: b"old",
+            meta,
+        };
+        for reason in [
+            DeleteReason::Client,
+            DeleteReason::Expired,
+            DeleteReason::Evicted,
+        ] {
+            encode(
+                &mut out,
+                &Mutation::Deleted {
+                    key: b"gone",
+                    reason,
+                    prev: Some(prev),
+                },
+            );
+            assert_eq!(
+                decode(&out),
+                Some(Record::Deleted {
+                    key: b"gone",
+                    reason
+                })
+            );
+        }
         encode(&mut out, &Mutation::Flushed);
         assert_eq!(decode(&out), Some(Record::Flushed));
         encode(&mut out, &Mutation::FlushScheduled { at: 1_800_000_000 });

@@ -27,7 +27,8 @@ const BATCH_BYTES: usize = 256 << 10;
 
 /// What a worker is sent.
 enum Work {
-    /// Records back to back, each as `len u32 LE | payload`, already decoded once.
+    /// Records back to back, each as `lsn u64 LE | len u32 LE | payload`, already decoded
+    /// once.
     Batch(Vec<u8>),
     /// Answer on the channel once everything sent before is applied.
     Fence(SyncSender<()>),
@@ -76,10 +77,11 @@ pub(crate) fn replay(
             let rec = record::decode(payload)
                 .ok_or_else(|| PersistError::from(crate::Unrecoverable::BadRecord { lsn }))?;
             match rec {
-                Record::Stored { key, .. } | Record::Deleted { key } => {
+                Record::Stored { key, .. } | Record::Deleted { key, .. } => {
                     let k = store.shard_of(key) % workers;
                     let batch = &mut batches[k];
                     let len = u32::try_from(payload.len()).expect("records are under 4 GiB");
+                    batch.extend_from_slice(&lsn.to_le_bytes());
                     batch.extend_from_slice(&len.to_le_bytes());
                     batch.extend_from_slice(payload);
                     if batch.len() >= BATCH_BYTES {
@@ -99,7 +101,7 @@ pub(crate) fn replay(
                     for _ in 0..workers {
                         done_rx.recv().expect("a replay worker stopped");
                     }
-                    apply(store, now, rec);
+                    apply(store, now, lsn, rec);
                 }
             }
             replayed += 1;
@@ -132,9 +134,11 @@ fn apply_loop(store: &Store, now: u32, rx: Receiver<Work>, dropped: &AtomicU64) 
         match work {
             Work::Batch(batch) => {
                 let mut rest = &batch[..];
-                while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+                while let Some((lsn, tail)) = rest.split_first_chunk::<8>() {
+                    let (len, tail) = tail.split_first_chunk::<4>().expect("a length follows");
                     let (payload, next) = tail.split_at(u32::from_le_bytes(*len) as usize);
-                    if !apply(store, now, record::decode(payload).expect("decoded before")) {
+                    let rec = record::decode(payload).expect("decoded before");
+                    if !apply(store, now, u64::from_le_bytes(*lsn), rec) {
                         dropped.fetch_add(1, Ordering::Relaxed);
                     }
                     rest = next;
@@ -147,11 +151,16 @@ fn apply_loop(store: &Store, now: u32, rx: Receiver<Work>, dropped: &AtomicU64) 
     }
 }
 
-/// Sets the store to what one record says (snapshot items are applied as Stored records).
-/// Returns false if a Stored record did not fit the store any more (a smaller `-m` or `-I`
-/// than when it was written): the key is then removed, as a cache would evict it, so that
-/// the value it overwrote cannot come back.
-pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) -> bool {
+/// Sets the store to what one record says (snapshot items are applied as Stored records),
+/// with `revision` as the mod_revision of what it stores (the record's LSN, or the revision a
+/// snapshot item carries). Returns false if a Stored record did not fit the store any more (a
+/// smaller `-m` or `-I` than when it was written): the key is then removed, as a cache would
+/// evict it, so that the value it overwrote cannot come back.
+pub(crate) fn apply(store: &Store, now: u32, revision: Lsn, rec: Record<'_>) -> bool {
+    crate::sink::with_replay_revision(revision, || apply_record(store, now, rec))
+}
+
+fn apply_record(store: &Store, now: u32, rec: Record<'_>) -> bool {
     match rec {
         Record::Stored {
             key,
@@ -176,7 +185,7 @@ pub(crate) fn apply(store: &Store, now: u32, rec: Record<'_>) -> bool {
                 return false;
             }
         }
-        Record::Deleted { key } => {
+        Record::Deleted { key, .. } => {
             store.entry(key, now, |e| e.delete());
         }
         Record::Flushed => store.flush_all(),

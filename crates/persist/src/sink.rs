@@ -1,10 +1,12 @@
-//! The mutation seam: every client-visible change of the store becomes a log record.
+//! The mutation seam: every change of the store becomes a log record, whose LSN is the
+//! mutation's revision.
 //!
 //! ```text
-//!   Store::entry(..) ── shard lock held ──> LogSink::on_mutation(&Mutation)
+//!   Store::entry(..) ── shard lock held ──> LogSink::on_mutation(&Mutation) -> revision (LSN)
 //!        record::encode_head(head) ──> Log::append_parts([head, value]) ──> LSN
 //!        ──> observers (lsn, &Mutation)      (still under the shard lock)
-//!        ──> the LSN joins this thread's ticket (see crate::durability)
+//!        ──> the LSN joins this thread's ticket (see crate::durability), unless the store
+//!            decided the removal itself (expiry, eviction): nobody waits for those
 //! ```
 //!
 //! Nothing here waits: the append takes the log's lock for the time of one copy and returns
@@ -15,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cairn_store::{Mutation, MutationSink};
+use cairn_store::{DeleteReason, Mutation, MutationSink, Revision};
 use cairn_wal::{Log, Lsn, WalError};
 use parking_lot::{Mutex, RwLock};
 
@@ -26,6 +28,9 @@ use crate::record;
 /// shard). Registered with [`crate::Persistence::add_observer`]; a watch hub is one.
 pub trait LogObserver: Send + Sync {
     fn on_logged(&self, lsn: Lsn, mutation: &Mutation<'_>);
+    /// `lsn` holds a record of persistence's own, no mutation (a checkpoint restating a
+    /// scheduled flush): every LSN is handed to observers once, either way.
+    fn on_no_event(&self, _lsn: Lsn) {}
 }
 
 thread_local! {
@@ -34,6 +39,18 @@ thread_local! {
     pub(crate) static TICKET_LSN: Cell<Lsn> = const { Cell::new(0) };
     /// Where a record's head (everything but the value) is encoded; reused.
     static HEAD: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// During recovery: the LSN of the record being replayed, which is the revision the store
+    /// gives the item (the sink is not recording then).
+    static REPLAY_REVISION: Cell<Lsn> = const { Cell::new(0) };
+}
+
+/// Runs `f` (which applies one replayed record or snapshot item to the store) with `revision`
+/// as the revision the store gives what `f` changes.
+pub(crate) fn with_replay_revision<R>(revision: Lsn, f: impl FnOnce() -> R) -> R {
+    REPLAY_REVISION.with(|c| c.set(revision));
+    let r = f();
+    REPLAY_REVISION.with(|c| c.set(0));
+    r
 }
 
 /// The mutation hook: turns every client-visible change into a log record.
@@ -66,12 +83,24 @@ impl LogSink {
         self.observers.write().push(o);
         self.observed.store(true, Ordering::Release);
     }
+
+    /// Appends a record of persistence's own (no mutation), telling observers its LSN holds
+    /// no event.
+    pub fn append_bookkeeping(&self, payload: &[u8]) -> Result<Lsn, cairn_wal::WalError> {
+        let lsn = self.log.append(payload)?;
+        if self.observed.load(Ordering::Acquire) {
+            for o in self.observers.read().iter() {
+                o.on_no_event(lsn);
+            }
+        }
+        Ok(lsn)
+    }
 }
 
 impl MutationSink for LogSink {
-    fn on_mutation(&self, m: &Mutation<'_>) {
+    fn on_mutation(&self, m: &Mutation<'_>) -> Revision {
         if !self.recording.load(Ordering::Relaxed) {
-            return;
+            return REPLAY_REVISION.with(Cell::get);
         }
         let appended = HEAD.with(|h| {
             let mut head = h.borrow_mut();
@@ -80,12 +109,25 @@ impl MutationSink for LogSink {
         });
         match appended {
             Ok(lsn) => {
-                TICKET_LSN.with(|c| c.set(c.get().max(lsn)));
+                // A removal the store decided (expiry, eviction) needs no acknowledgement: a
+                // write that caused an eviction has a later record, and an expired item stays
+                // expired after a crash. So a read that expires an item never waits.
+                let store_decided = matches!(
+                    m,
+                    Mutation::Deleted {
+                        reason: DeleteReason::Expired | DeleteReason::Evicted,
+                        ..
+                    }
+                );
+                if !store_decided {
+                    TICKET_LSN.with(|c| c.set(c.get().max(lsn)));
+                }
                 if self.observed.load(Ordering::Acquire) {
                     for o in self.observers.read().iter() {
                         o.on_logged(lsn, m);
                     }
                 }
+                lsn
             }
             Err(e) => {
                 let mut failed = self.failed.lock();
@@ -96,6 +138,8 @@ impl MutationSink for LogSink {
                 self.refusing.store(true, Ordering::SeqCst);
                 // The front end answers with an error instead of acknowledging.
                 TICKET_LSN.with(|c| c.set(Lsn::MAX));
+                // No watcher ever sees it.
+                Revision::MAX
             }
         }
     }

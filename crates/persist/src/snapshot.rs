@@ -2,17 +2,18 @@
 //!
 //! ```text
 //! "snapshot-<lsn, 20 digits>.snap"; integers little-endian
-//!   header, 32 bytes: magic "CAIRNSNP" | version u32 = 2 | reserved u32 | lsn u64 |
+//!   header, 32 bytes: magic "CAIRNSNP" | version u32 = 4 | reserved u32 | lsn u64 |
 //!                     header_crc u32 (CRC32C of bytes 0..24) | reserved u32
 //!   blocks:           len u32 (1..) | crc u32 (CRC32C of the block bytes) | block bytes
 //!     block bytes = records back to back, each an item or (version 3) a flash entry:
 //!       item:  klen u8 (1..=250) | key | flags u32 | exptime u32 | cas u64 |
-//!              state u8 (bit 0 stale) | vlen u32 | value
+//!              state u8 (bit 0 stale) | mod_revision u64 (version 4) | vlen u32 | value
 //!       flash: 0xFF | shard u32 | shard_count u32 | loc u64 (the store's FlashLoc) |
 //!              seq u64 (of the flash segment, see cairn_flash's checkpoint notes)
 //!   trailer, 40 bytes: 0xFFFFFFFF | magic "CAIRNEND" | items u64 | blocks u64 |
 //!                      cas_floor u64 | crc u32 (CRC32C of the 36 trailer bytes before it)
-//!   (version 1, still read: a 32-byte trailer without cas_floor)
+//!   (still read: versions 2 and 3, items without mod_revision, which then reads as the
+//!   snapshot's lsn; version 1, also a 32-byte trailer without cas_floor)
 //! ```
 //!
 //! `cas_floor` is the store's last CAS unique when the copy ended: at least every CAS the
@@ -33,7 +34,7 @@ use crate::PersistError;
 
 pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
 pub const END_MAGIC: &[u8; 8] = b"CAIRNEND";
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The first byte of a flash entry record (keys are at most 250 bytes).
 const FLASH_RECORD: u8 = 0xFF;
 /// Bytes of a flash entry record.
@@ -72,6 +73,8 @@ pub struct SnapItem<'a> {
     pub exptime: u32,
     pub cas: u64,
     pub stale: bool,
+    /// The revision of the mutation that made the item (the item's mod_revision).
+    pub mod_revision: u64,
 }
 
 /// A flash-resident item as a checkpoint records it: where it is, not what it holds.
@@ -109,6 +112,7 @@ pub fn encode_item(out: &mut Vec<u8>, it: &SnapItem<'_>) {
     out.extend_from_slice(&it.exptime.to_le_bytes());
     out.extend_from_slice(&it.cas.to_le_bytes());
     out.push(u8::from(it.stale));
+    out.extend_from_slice(&it.mod_revision.to_le_bytes());
     out.extend_from_slice(
         &u32::try_from(it.value.len())
             .expect("items are under 4 GiB")
@@ -351,7 +355,7 @@ pub fn load(
             let mut p = 0usize;
             let mut block_items = 0u64;
             while p < block.len() {
-                let (record, len) = decode_record(&block[p..])
+                let (record, len) = decode_record(&block[p..], version, lsn)
                     .ok_or_else(|| bad(path, at + 8 + p as u64, "bad item in block"))?;
                 p += len;
                 f(record);
@@ -397,8 +401,9 @@ pub fn load(
     })
 }
 
-/// Decodes the record at the start of `b`: it and its length.
-fn decode_record(b: &[u8]) -> Option<(SnapRecord<'_>, usize)> {
+/// Decodes the record at the start of `b` (of a snapshot of format `version` taken at `lsn`):
+/// it and its length.
+fn decode_record(b: &[u8], version: u32, lsn: u64) -> Option<(SnapRecord<'_>, usize)> {
     if *b.first()? == FLASH_RECORD {
         if b.len() < FLASH_RECORD_LEN {
             return None;
@@ -413,30 +418,35 @@ fn decode_record(b: &[u8]) -> Option<(SnapRecord<'_>, usize)> {
         };
         return Some((SnapRecord::Flash(f), FLASH_RECORD_LEN));
     }
-    let item = decode_item(b)?;
-    let len = 1 + item.key.len() + 4 + 4 + 8 + 1 + 4 + item.value.len();
+    let (item, len) = decode_item(b, version, lsn)?;
     Some((SnapRecord::Item(item), len))
 }
 
-fn decode_item(b: &[u8]) -> Option<SnapItem<'_>> {
+/// Decodes one item and returns it with its length; items of versions before 4 get the
+/// snapshot's `lsn` as their revision.
+fn decode_item(b: &[u8], version: u32, lsn: u64) -> Option<(SnapItem<'_>, usize)> {
     let klen = *b.first()? as usize;
-    let fixed = 1 + klen + 4 + 4 + 8 + 1 + 4;
+    let rev_len = if version >= 4 { 8 } else { 0 };
+    let fixed = 1 + klen + 4 + 4 + 8 + 1 + rev_len + 4;
     if klen == 0 || b.len() < fixed {
         return None;
     }
     let key = &b[1..1 + klen];
     let r = &b[1 + klen..];
     let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
-    let vlen = u32_at(17) as usize;
+    let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
+    let vlen = u32_at(17 + rev_len) as usize;
     if b.len() < fixed + vlen {
         return None;
     }
-    Some(SnapItem {
+    let item = SnapItem {
         key,
         flags: u32_at(0),
         exptime: u32_at(4),
-        cas: u64::from_le_bytes(r[8..16].try_into().expect("8 bytes")),
+        cas: u64_at(8),
         stale: r[16] & 1 != 0,
+        mod_revision: if version >= 4 { u64_at(17) } else { lsn },
         value: &b[fixed..fixed + vlen],
-    })
+    };
+    Some((item, fixed + vlen))
 }

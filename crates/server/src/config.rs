@@ -170,6 +170,25 @@ pub struct Config {
     /// cairn serves TCP only, and refuses to start rather than silently not serve UDP.
     #[arg(short = 'U', long)]
     pub udp_port: u16,
+    /// Address of the gRPC API (KV, streaming reads, watch), or "off".
+    #[arg(long)]
+    pub grpc_listen: String,
+    /// PEM certificate chain: serve gRPC over TLS (with grpc_tls_key); none = plaintext.
+    #[arg(long)]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key for grpc_tls_cert.
+    #[arg(long)]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// Largest gRPC message received or sent, in bytes; 0 = item_size_max + 1 MiB.
+    #[arg(long)]
+    pub grpc_max_message_bytes: usize,
+    /// MiB of watch history kept in memory (older revisions are read from the command log
+    /// while its segments exist).
+    #[arg(long)]
+    pub watch_history_mb: u64,
+    /// How often an idle watch that asked for progress_notify gets a progress response (ms).
+    #[arg(long)]
+    pub watch_progress_notify_ms: u64,
 }
 
 impl Default for Config {
@@ -214,6 +233,12 @@ impl Default for Config {
             flash_write_queue: 4,
             ext_path: None,
             udp_port: 0,
+            grpc_listen: "127.0.0.1:50051".to_string(),
+            grpc_tls_cert: None,
+            grpc_tls_key: None,
+            grpc_max_message_bytes: 0,
+            watch_history_mb: 64,
+            watch_progress_notify_ms: 10_000,
         }
     }
 }
@@ -544,6 +569,30 @@ impl Config {
                 "needs ssl_chain_cert and ssl_key (-o ssl_chain_cert=FILE,ssl_key=FILE)",
             );
         }
+        if self.grpc_listen != "off" && self.grpc_listen.parse::<SocketAddr>().is_err() {
+            return invalid("grpc_listen", "must be an IP address and port, or off");
+        }
+        if self.grpc_tls_cert.is_some() != self.grpc_tls_key.is_some() {
+            return invalid(
+                "grpc_tls_cert",
+                "grpc_tls_cert and grpc_tls_key go together",
+            );
+        }
+        if self.grpc_max_message_bytes != 0
+            && (self.grpc_max_message_bytes < 64 << 10
+                || self.grpc_max_message_bytes < self.item_size_max + 4096)
+        {
+            return invalid(
+                "grpc_max_message_bytes",
+                "must be 0 (automatic) or at least 64 KiB and item_size_max + 4 KiB",
+            );
+        }
+        if self.watch_history_mb > 1 << 20 {
+            return invalid("watch_history_mb", "must be at most 1048576");
+        }
+        if self.watch_progress_notify_ms == 0 || self.watch_progress_notify_ms > 3_600_000 {
+            return invalid("watch_progress_notify_ms", "must be between 1 and 3600000");
+        }
         // The same check as the admin line `config chkpt_interval_* N`.
         ChkptSetting::PctSnapshot.check(self.chkpt_interval_pct_snapshot)?;
         ChkptSetting::MinLogsize.check(self.chkpt_interval_min_logsize)?;
@@ -588,6 +637,19 @@ impl Config {
         self.logs_path
             .clone()
             .unwrap_or_else(|| self.data_dir.join("log"))
+    }
+
+    /// The gRPC address, None when `grpc_listen` is "off" (validated).
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_listen.parse().ok()
+    }
+
+    /// The largest gRPC message in bytes.
+    pub fn grpc_max_message(&self) -> usize {
+        match self.grpc_max_message_bytes {
+            0 => self.item_size_max + (1 << 20),
+            n => n,
+        }
     }
 
     /// The runtime's worker count.
@@ -728,6 +790,41 @@ mod tests {
             "log_batch_sched = false\n",
             &["--log-batch-sched", "true"]
         ));
+    }
+
+    #[test]
+    fn grpc_settings_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let c = load_with(&path, "", &[]);
+        assert_eq!(c.grpc_addr(), Some("127.0.0.1:50051".parse().unwrap()));
+        assert_eq!(c.grpc_max_message(), (1 << 20) + (1 << 20));
+        let c = load_with(&path, "grpc_listen = \"off\"\nwatch_history_mb = 8\n", &[]);
+        assert_eq!((c.grpc_addr(), c.watch_history_mb), (None, 8));
+        let c = load_with(
+            &path,
+            "grpc_listen = \"off\"\n",
+            &[
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--watch-progress-notify-ms",
+                "50",
+            ],
+        );
+        assert_eq!(c.grpc_addr(), Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.watch_progress_notify_ms, 50);
+        for (text, key) in [
+            ("grpc_listen = \"nowhere\"\n", "grpc_listen"),
+            ("grpc_tls_cert = \"/x.pem\"\n", "grpc_tls_cert"),
+            ("grpc_max_message_bytes = 100\n", "grpc_max_message_bytes"),
+            ("watch_progress_notify_ms = 0\n", "watch_progress_notify_ms"),
+        ] {
+            let err = load_result(&path, text, &[]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Invalid { key: k, .. } if k == key),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod config;
 pub mod connection;
 pub mod conns;
 pub mod flash;
+pub mod grpc;
 pub mod metrics;
 pub mod server;
 pub mod stats;
@@ -77,6 +78,10 @@ pub struct Ctx {
     /// Seconds this server's clock runs ahead of the wall clock: 0, except in tests that need
     /// time to pass (as memcached's debug builds do with `debugtime`); see [`Ctx::now`].
     clock_ahead_secs: AtomicU32,
+    /// The watch hub (every mutation with its revision), when the gRPC API is on.
+    pub hub: Option<Arc<cairn_grpc::Hub>>,
+    /// gRPC counters and latencies.
+    pub grpc_stats: Arc<cairn_grpc::GrpcStats>,
 }
 
 /// Store shards for `-m` MiB: 64, or enough that one holds at most 32 MiB (up to 4,096). A
@@ -157,15 +162,26 @@ impl Ctx {
             // Flash entries are recorded by hash bits, so the seed is the device's.
             hash_seed: flash.as_ref().map(|f| f.hash_seed()),
         };
+        let history_bytes = usize::try_from(config.watch_history_mb << 20).unwrap_or(usize::MAX);
+        let grpc_on = config.grpc_addr().is_some();
+        let mut hub = None;
         let (store, persist) = match config.mode() {
-            Mode::Off => (
-                Arc::new(Store::with_flash(
-                    store_config,
+            Mode::Off => {
+                // Without a log the hub numbers mutations itself: it is the store's sink.
+                let sink = grpc_on.then(|| {
+                    let h = cairn_grpc::Hub::counting(history_bytes);
+                    hub = Some(Arc::clone(&h));
+                    h as Arc<dyn cairn_store::MutationSink>
+                });
+                (
+                    Arc::new(Store::with_flash(
+                        store_config,
+                        sink,
+                        flash.clone().map(|f| f as Arc<dyn cairn_store::FlashTier>),
+                    )),
                     None,
-                    flash.clone().map(|f| f as Arc<dyn cairn_store::FlashTier>),
-                )),
-                None,
-            ),
+                )
+            }
             mode => {
                 let p = Persistence::open(
                     PersistConfig {
@@ -187,6 +203,12 @@ impl Ctx {
                 )
                 .map_err(|e| format!("refusing to start: recovery failed: {e}"))?;
                 let p = Arc::new(p);
+                if grpc_on {
+                    // The log feeds the hub: revisions are LSNs, published once safe.
+                    let h = cairn_grpc::Hub::attach(&p, history_bytes)
+                        .map_err(|e| format!("refusing to start: {e}"))?;
+                    hub = Some(h);
+                }
                 (p.store(), Some(p))
             }
         };
@@ -214,6 +236,8 @@ impl Ctx {
             log_level: OnceLock::new(),
             conns: conns::Registry::default(),
             shutdown: tokio::sync::Notify::new(),
+            hub,
+            grpc_stats: Arc::new(cairn_grpc::GrpcStats::default()),
             config,
         }))
     }

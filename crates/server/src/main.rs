@@ -69,6 +69,19 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         })?),
         None => None,
     };
+    let grpc = match config.grpc_addr() {
+        Some(a) => {
+            let l = tokio::net::TcpListener::bind(a).await.map_err(|e| {
+                format!("refusing to start: cannot listen on gRPC address {a}: {e}")
+            })?;
+            let local = l.local_addr().map_err(|e| e.to_string())?;
+            let prepared = cairn_server::grpc::prepare(&ctx, local)
+                .await
+                .map_err(|e| format!("refusing to start: {e}"))?;
+            Some((l, local, prepared))
+        }
+        None => None,
+    };
     let c = &ctx.config;
     tracing::info!(
         addr = %local,
@@ -88,17 +101,37 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         println!("cairn metrics on {addr}");
         tokio::spawn(metrics::serve(Arc::clone(&ctx), l));
     }
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let mut grpc_task = None;
+    if let Some((listener, addr, prepared)) = grpc {
+        let mut stop = rx.clone();
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        grpc_task = Some(tokio::spawn(async move {
+            if let Err(e) = prepared.serve(listener, shutdown).await {
+                tracing::error!("{e}");
+            }
+        }));
+        tracing::info!(addr = %addr, "gRPC API");
+        // Tests wait for this line (printed before the one below) to know where gRPC is.
+        println!("cairn grpc listening on {addr}");
+    }
     // Tests and scripts wait for this line to know the server is ready and where.
     // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
     let signal = server::shutdown_signal(Arc::clone(&ctx));
     println!("cairn listening on {local}");
-    let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         signal.await;
         tracing::info!("stopping");
         let _ = tx.send(true);
     });
     server::run(Arc::clone(&ctx), listener, rx).await;
+    if let Some(t) = grpc_task {
+        // Streams end when the server stops (watch streams have no natural end).
+        t.abort();
+        let _ = t.await;
+    }
     if let Some(p) = ctx.persist.clone() {
         // A checkpoint on the way out makes the next start a snapshot load, not a long replay.
         tracing::info!("shutdown checkpoint");

@@ -1,11 +1,11 @@
 //! The Prometheus endpoint on `--metrics-addr`: `GET /metrics` answers every figure of
-//! `stats` and `stats persistence` (the one list in `crate::stats`), command latency
+//! `stats`, `stats persistence` and `stats grpc` (the one list in `crate::stats`), command latency
 //! histograms by command family, and the command log's fdatasync latency and group-commit
 //! batch size histograms, in the OpenMetrics text format.
 //!
 //! ```text
 //!   scrape ──hyper (HTTP/1.1)──> respond ──prometheus_client::encoding::text::encode──>
-//!            CtxCollector::encode ── stats::general + stats::persistence  (counters, gauges)
+//!            CtxCollector::encode ── stats::general + persistence + grpc  (counters, gauges)
 //!                                 ── Latency (per command family)          (histograms)
 //!                                 ── Persistence::log_stats()              (histograms)
 //! ```
@@ -160,7 +160,8 @@ impl prometheus_client::collector::Collector for CtxCollector {
         let ctx = &self.0;
         let readings = crate::stats::general(ctx)
             .into_iter()
-            .chain(crate::stats::persistence(ctx));
+            .chain(crate::stats::persistence(ctx))
+            .chain(crate::stats::grpc(ctx));
         for r in readings {
             let Some(v) = r.export else { continue };
             let kind = match r.kind {

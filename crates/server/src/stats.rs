@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!   general(ctx) ──────> Vec<Reading> ──> cmd/stats.rs:  STAT name value        (memcached)
-//!   persistence(ctx) ─┘                └─> metrics.rs:  cairn_metric[_total] value (Prometheus)
+//!   persistence(ctx) ─┤                └─> metrics.rs:  cairn_metric[_total] value (Prometheus)
+//!   grpc(ctx) ────────┘
 //! ```
 //!
 //! A [`Reading`] is a name (memcached's), a kind (counter or gauge), a one-line description and
@@ -555,6 +556,25 @@ pub const PERSISTENCE: &[PersistStat] = &[
         "1 once the log failed and writes are refused.",
     ),
 ];
+
+/// The `stats grpc` block: the gRPC API's figures and the watch hub's (the grpc crate's list,
+/// each with its kind and description).
+pub fn grpc(ctx: &Ctx) -> Vec<Reading> {
+    let mut r = Readings::default();
+    r.text(
+        "grpc_listen",
+        "Address of the gRPC API, or off.",
+        &ctx.config.grpc_listen,
+    );
+    for f in ctx.grpc_stats.figures(ctx.hub.as_deref()) {
+        if f.counter {
+            r.counter(f.name, f.help, f.value);
+        } else {
+            r.gauge(f.name, f.help, f.value);
+        }
+    }
+    r.0
+}
 
 /// The `stats persistence` block: persistence's own figures, described by [`PERSISTENCE`], and
 /// the age of the last checkpoint.

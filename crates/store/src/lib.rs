@@ -7,9 +7,16 @@
 //!   Store ── shard = hash(key) % n ──> Mutex<Shard { index, segments, lru/fifo state }>
 //!                                          |  every mutation calls
 //!                                          v
-//!                                     MutationSink::on_mutation(&Mutation)  (under the shard lock,
-//!                                     so per-key log order == apply order; persistence hooks here)
+//!                                     MutationSink::on_mutation(&Mutation) -> revision
+//!                                     (under the shard lock, so per-key log order == apply order;
+//!                                     persistence and the watch hub hook here)
 //! ```
+//!
+//! Every mutation has a revision, handed back by the sink (the command log's LSN with
+//! persistence on, a counter without it; the store's own counter when there is no sink), and
+//! every item keeps the revision of the mutation that made it (`ItemMeta::mod_revision`).
+//! Removals the store decides itself, expiry and eviction for good, are mutations too; moves
+//! (second chance, compaction, to flash and back) are not.
 //!
 //! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds).
 
@@ -29,6 +36,10 @@ use shard::{Alloc, Loc, Shard};
 
 /// Unix time in whole seconds, as passed in by the caller.
 pub type UnixSecs = u32;
+
+/// The number of a mutation: increasing in the order mutations are reported (per key, in
+/// apply order).
+pub type Revision = u64;
 
 /// Settings fixed at construction.
 #[derive(Clone, Debug)]
@@ -86,6 +97,9 @@ pub struct ItemMeta {
     pub stale: bool,
     /// A win token was already handed out for this item (meta `Z`).
     pub win_sent: bool,
+    /// The revision of the mutation that made this state of the item (0 in the meta a
+    /// mutation report carries: the sink assigns it).
+    pub mod_revision: Revision,
 }
 
 /// A copy of a live item, returned by reads.
@@ -96,17 +110,43 @@ pub struct Item {
     pub meta: ItemMeta,
 }
 
+/// Why an item was removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// A client deleted it (delete, md without I).
+    Client,
+    /// Its expiry time passed and the store removed it (on access or by the reclaim sweep).
+    Expired,
+    /// It was dropped for good to make room.
+    Evicted,
+}
+
+/// An item as it was before a mutation (for watchers that ask for the previous value).
+#[derive(Clone, Copy, Debug)]
+pub struct PrevItem<'a> {
+    pub value: &'a [u8],
+    pub meta: ItemMeta,
+}
+
 /// What a mutation did, reported to the [`MutationSink`] under the shard lock.
 #[derive(Debug)]
 pub enum Mutation<'a> {
     /// The key now holds exactly this item (set/add/append/incr/touch/meta-change ...).
+    /// `meta.mod_revision` is 0: the sink assigns the revision.
     Stored {
         key: &'a [u8],
         value: &'a [u8],
         meta: ItemMeta,
+        /// The live item in RAM this one replaced, if there was one.
+        prev: Option<PrevItem<'a>>,
     },
-    /// The key was removed by a client (delete, md without I).
-    Deleted { key: &'a [u8] },
+    /// The key was removed (by a client, by expiry or by eviction).
+    Deleted {
+        key: &'a [u8],
+        reason: DeleteReason,
+        /// The item removed, when it was in RAM (a delete may remove only flash copies).
+        prev: Option<PrevItem<'a>>,
+    },
     /// Everything was flushed (flush_all now, or a scheduled flush whose time came).
     Flushed,
     /// `flush_all <delay>`: everything is to be flushed at unix time `at` unless another
@@ -114,10 +154,14 @@ pub enum Mutation<'a> {
     FlushScheduled { at: UnixSecs },
 }
 
-/// A hook observing every client-visible mutation (persistence, watch streams).
-/// Evictions and expiry are NOT reported: they are cache policy, not client writes.
+/// A hook observing every mutation (persistence, watch streams), expiry and eviction for good
+/// included. An item moved within the store (second chance, compaction, to flash and back) is
+/// not a mutation.
 pub trait MutationSink: Send + Sync {
-    fn on_mutation(&self, mutation: &Mutation<'_>);
+    /// Records the mutation and returns its revision, which must be larger than that of every
+    /// mutation reported before it on the same key. `Revision::MAX` means "never durable"
+    /// (the log failed): the item is kept in memory but no watcher will ever see it.
+    fn on_mutation(&self, mutation: &Mutation<'_>) -> Revision;
 }
 
 /// Counters kept by the store (memcached stats names in the docs of each field).
@@ -171,8 +215,11 @@ pub struct Store {
     memory_limit_bytes: AtomicU64,
     /// The last CAS unique handed out.
     cas: AtomicU64,
-    /// Observer of client-visible mutations (persistence), if any.
+    /// Observer of mutations (persistence, watch), if any.
     sink: Option<Arc<dyn MutationSink>>,
+    /// The newest revision reported (the base of new segments); the revision counter itself
+    /// when there is no sink.
+    revision: AtomicU64,
     /// The time of a pending `flush_all <delay>`, if one is scheduled. Its lock also orders
     /// flush mutations: it is taken before any shard lock.
     scheduled_flush: Mutex<Option<UnixSecs>>,
@@ -221,11 +268,12 @@ impl Store {
             hasher: foldhash::fast::FixedState::with_seed(seed),
             cas: AtomicU64::new(0),
             sink,
+            revision: AtomicU64::new(0),
             scheduled_flush: Mutex::new(None),
         }
     }
 
-    fn hash(&self, key: &[u8]) -> u64 {
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
 
@@ -273,13 +321,13 @@ impl Store {
         };
         let h = shard.header(loc);
         if h.exptime != 0 && h.exptime <= now {
-            expire(&mut shard, hash, key, h.state);
+            self.expire(&mut shard, hash, key, now);
             return Lookup::Done(ReadOutcome::Expired);
         }
         let seg = shard.seg_mut(loc.slot);
         let item = Item {
             value: seg.value(&h).to_vec(),
-            meta: meta_of(&h, seg),
+            meta: meta_of(&h, seg, loc.offset as usize),
         };
         seg.set_state(loc.offset as usize, h.state | FETCHED);
         seg.set_access(&h, now);
@@ -343,6 +391,7 @@ impl Store {
             expired: false,
         };
         let state = state_of(&ItemMeta { fetched: true, ..m });
+        // A move back to RAM, not a mutation: the item keeps its revision.
         match entry.store_inner(
             &[&item.value],
             m.flags,
@@ -350,7 +399,7 @@ impl Store {
             Some(m.cas),
             state,
             m.last_access,
-            false,
+            Some(m.mod_revision),
         ) {
             Ok(_) => {
                 entry.shard.counters.flash_promotions += 1;
@@ -359,6 +408,7 @@ impl Store {
             // No room in RAM (-M): the flash copy is gone from the index, so the item left.
             Err(_) => {
                 entry.shard.evicted_for_good(true);
+                self.report_flash_eviction(key);
                 FlashFound::Served
             }
         }
@@ -372,8 +422,18 @@ impl Store {
         let removed = shard.flash_remove_place(loc);
         if removed {
             shard.evicted_for_good(loc.fetched());
+            self.report_flash_eviction(key);
         }
         removed
+    }
+
+    /// Reports a key whose only copy, on flash, left for good (under its shard's lock).
+    fn report_flash_eviction(&self, key: &[u8]) {
+        self.report(&Mutation::Deleted {
+            key,
+            reason: DeleteReason::Evicted,
+            prev: None,
+        });
     }
 
     /// Flash eviction of one item found in a segment being reclaimed: if the index still
@@ -403,6 +463,7 @@ impl Store {
         }
         shard.flash_remove_place(loc);
         shard.evicted_for_good(loc.fetched());
+        self.report_flash_eviction(key);
         Reclaimed::Evicted
     }
 
@@ -468,7 +529,7 @@ impl Store {
         if let Some(loc) = shard.find(hash, key) {
             let h = shard.header(loc);
             if h.exptime != 0 && h.exptime <= now {
-                expire(&mut shard, hash, key, h.state);
+                self.expire(&mut shard, hash, key, now);
                 expired = true;
             }
         }
@@ -513,9 +574,7 @@ impl Store {
         for g in &mut guards {
             g.clear();
         }
-        if let Some(sink) = &self.sink {
-            sink.on_mutation(&Mutation::Flushed);
-        }
+        self.report(&Mutation::Flushed);
     }
 
     /// `flush_all <delay>`: records that everything is to be flushed at `at`, replacing any
@@ -524,9 +583,7 @@ impl Store {
     pub fn schedule_flush(&self, at: UnixSecs) {
         let mut scheduled = self.scheduled_flush.lock();
         *scheduled = Some(at);
-        if let Some(sink) = &self.sink {
-            sink.on_mutation(&Mutation::FlushScheduled { at });
-        }
+        self.report(&Mutation::FlushScheduled { at });
     }
 
     /// Flushes everything if the flush scheduled for `at` is still the pending one (no later
@@ -557,10 +614,9 @@ impl Store {
     /// many items were reclaimed. Bounded work per call (`max_items` examined).
     pub fn reclaim_expired(&self, now: UnixSecs, max_items: usize) -> usize {
         let per_shard = (max_items / self.shards.len()).max(1);
-        let hash_of = |k: &[u8]| self.hash(k);
         self.shards
             .iter()
-            .map(|s| s.lock().reclaim(now, per_shard, &hash_of))
+            .map(|s| s.lock().reclaim(per_shard, &self.env(now)))
             .sum()
     }
 
@@ -596,12 +652,11 @@ impl Store {
     pub fn set_memory_limit(&self, bytes: u64, now: UnixSecs) {
         self.memory_limit_bytes.store(bytes, Ordering::Relaxed);
         let budget = (bytes / self.shards.len() as u64) as usize;
-        let hash_of = |k: &[u8]| self.hash(k);
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             shard.budget = budget;
             if self.config.evict_when_full {
-                shard.shrink_to_budget(now, &hash_of);
+                shard.shrink_to_budget(&self.env(now));
             }
         }
     }
@@ -641,6 +696,35 @@ impl Store {
     fn next_cas(&self) -> u64 {
         self.cas.fetch_add(1, Ordering::Relaxed) + 1
     }
+
+    /// The newest revision reported so far.
+    pub fn newest_revision(&self) -> Revision {
+        self.revision.load(Ordering::Relaxed)
+    }
+
+    /// Reports a mutation to the sink and returns its revision.
+    pub(crate) fn report(&self, m: &Mutation<'_>) -> Revision {
+        match &self.sink {
+            Some(sink) => {
+                let rev = sink.on_mutation(m);
+                if rev != Revision::MAX {
+                    self.revision.fetch_max(rev, Ordering::Relaxed);
+                }
+                rev
+            }
+            None => self.revision.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    /// What shard operations that make room or remove items need from the store.
+    fn env(&self, now: UnixSecs) -> shard::Env<'_> {
+        shard::Env { now, store: self }
+    }
+
+    /// Removes an expired item found by a lookup, reports and counts it.
+    fn expire(&self, shard: &mut Shard, hash: u64, key: &[u8], now: UnixSecs) {
+        let _ = shard.remove_reported(hash, key, DeleteReason::Expired, &self.env(now));
+    }
 }
 
 /// Calls `f` with every live item in RAM of a locked shard.
@@ -652,21 +736,13 @@ fn visit_ram(shard: &Shard, now: UnixSecs, f: &mut impl FnMut(&[u8], &[u8], &Ite
             if h.state & DEAD != 0 || (h.exptime != 0 && h.exptime <= now) {
                 continue;
             }
-            f(seg.key(&h), seg.value(&h), &meta_of(&h, seg));
+            f(seg.key(&h), seg.value(&h), &meta_of(&h, seg, at));
         }
     }
 }
 
-/// Removes an expired item found by a lookup and counts it.
-fn expire(shard: &mut Shard, hash: u64, key: &[u8], state: u8) {
-    shard.remove(hash, key);
-    shard.counters.reclaimed += 1;
-    if state & FETCHED == 0 {
-        shard.counters.expired_unfetched += 1;
-    }
-}
-
-pub(crate) fn meta_of(h: &segment::Header, seg: &segment::Segment) -> ItemMeta {
+/// The metadata of the item at offset `at` of `seg`, whose header is `h`.
+pub(crate) fn meta_of(h: &segment::Header, seg: &segment::Segment, at: usize) -> ItemMeta {
     ItemMeta {
         flags: h.flags,
         exptime: h.exptime,
@@ -675,6 +751,7 @@ pub(crate) fn meta_of(h: &segment::Header, seg: &segment::Segment) -> ItemMeta {
         fetched: h.state & FETCHED != 0,
         stale: h.state & STALE != 0,
         win_sent: h.state & WIN_SENT != 0,
+        mod_revision: seg.revision(at, h),
     }
 }
 
@@ -758,7 +835,7 @@ impl Entry<'_> {
         let h = seg.header(loc.offset as usize);
         Some(Item {
             value: seg.value(&h).to_vec(),
-            meta: meta_of(&h, seg),
+            meta: meta_of(&h, seg, loc.offset as usize),
         })
     }
 
@@ -767,7 +844,7 @@ impl Entry<'_> {
         let loc = self.loc()?;
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(loc.offset as usize);
-        Some((meta_of(&h, seg), h.value_len))
+        Some((meta_of(&h, seg, loc.offset as usize), h.value_len))
     }
 
     /// Whether the lookup found an expired item (for `get_expired` / `expired_unfetched` stats).
@@ -787,12 +864,13 @@ impl Entry<'_> {
         exptime: UnixSecs,
         cas: Option<u64>,
     ) -> Result<ItemMeta, StoreError> {
-        self.store_inner(parts, flags, exptime, cas, 0, self.now, true)
+        self.store_inner(parts, flags, exptime, cas, 0, self.now, None)
     }
 
-    /// Stores with item state bits `state` and last access `access`; `report`: tell the
-    /// mutation sink (false only for a promotion from flash, which changes where an item is,
-    /// not what it is).
+    /// Stores with item state bits `state` and last access `access`. `moved`: None for a
+    /// mutation (reported to the sink, which gives its revision); Some(revision) for a
+    /// promotion from flash, which changes where an item is, not what it is (not reported,
+    /// and the item keeps its revision).
     #[allow(clippy::too_many_arguments)]
     fn store_inner(
         &mut self,
@@ -802,7 +880,7 @@ impl Entry<'_> {
         cas: Option<u64>,
         state: u8,
         access: UnixSecs,
-        report: bool,
+        moved: Option<Revision>,
     ) -> Result<ItemMeta, StoreError> {
         let store = self.store;
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
@@ -810,31 +888,54 @@ impl Entry<'_> {
         if size > store.config.item_size_max_bytes || self.key.len() > u8::MAX as usize {
             return Err(StoreError::TooLarge);
         }
-        let hash_of = |k: &[u8]| store.hash(k);
-        let loc = match self
-            .shard
-            .alloc(size, store.config.evict_when_full, self.now, &hash_of)
-        {
+        let env = store.env(self.now);
+        let loc = match self.shard.alloc(size, store.config.evict_when_full, &env) {
             Alloc::At(loc) => loc,
             Alloc::NoRoom => return Err(StoreError::OutOfMemory),
         };
         let cas = self.new_cas(cas);
+        // The copy this one replaces, looked up after making room: eviction may have removed
+        // it (and reported that), or moved it.
+        let prev_loc = self.loc();
         let offset = self.shard.seg_mut(loc.slot).append(
-            self.key, parts, value_len, flags, exptime, cas, state, access,
+            self.key,
+            parts,
+            value_len,
+            flags,
+            exptime,
+            cas,
+            moved.unwrap_or_else(|| store.newest_revision()),
+            state,
+            access,
         );
         debug_assert_eq!(offset, loc.offset as usize);
-        self.shard.link(self.hash, self.key, loc, &hash_of);
+        self.shard.link(self.hash, self.key, loc, &env);
         self.shard.counters.total_items += 1;
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(offset);
-        let meta = meta_of(&h, seg);
-        if let (true, Some(sink)) = (report, &store.sink) {
-            sink.on_mutation(&Mutation::Stored {
-                key: self.key,
-                value: seg.value(&h),
-                meta,
-            });
+        let mut meta = meta_of(&h, seg, offset);
+        if moved.is_some() {
+            return Ok(meta);
         }
+        // The replaced copy is dead now but its bytes stay until its segment is freed.
+        let prev = prev_loc.map(|p| {
+            let seg = self.shard.seg(p.slot);
+            let ph = seg.header(p.offset as usize);
+            PrevItem {
+                value: seg.value(&ph),
+                meta: meta_of(&ph, seg, p.offset as usize),
+            }
+        });
+        meta.mod_revision = 0;
+        meta.mod_revision = store.report(&Mutation::Stored {
+            key: self.key,
+            value: seg.value(&h),
+            meta,
+            prev,
+        });
+        self.shard
+            .seg_mut(loc.slot)
+            .set_revision(offset, &h, meta.mod_revision);
         Ok(meta)
     }
 
@@ -846,11 +947,13 @@ impl Entry<'_> {
         let Some(loc) = self.loc() else {
             return false;
         };
+        let at = loc.offset as usize;
         let seg = self.shard.seg(loc.slot);
-        let h = seg.header(loc.offset as usize);
-        let before = meta_of(&h, seg);
+        let h = seg.header(at);
+        let before = meta_of(&h, seg, at);
         let mut after = before;
         f(&mut after);
+        after.mod_revision = before.mod_revision;
         if after.flags != before.flags || !segment::Segment::exptime_fits(&h, after.exptime) {
             // Flags and the expiry live in the item's variable part: write a new copy.
             let value = seg.value(&h).to_vec();
@@ -863,7 +966,7 @@ impl Entry<'_> {
                     Some(after.cas),
                     state,
                     after.last_access,
-                    true,
+                    None,
                 )
                 .is_ok();
         }
@@ -881,14 +984,21 @@ impl Entry<'_> {
             || after.stale != before.stale
             || after.cas != before.cas;
         if visible {
-            if let Some(sink) = &self.store.sink {
-                let seg = self.shard.seg(loc.slot);
-                sink.on_mutation(&Mutation::Stored {
-                    key: self.key,
-                    value: seg.value(&h),
-                    meta: after,
-                });
-            }
+            let seg = self.shard.seg(loc.slot);
+            let value = seg.value(&h);
+            let mut meta = after;
+            meta.mod_revision = 0;
+            // The previous state, for watchers, is the one before the change (same value).
+            let rev = self.store.report(&Mutation::Stored {
+                key: self.key,
+                value,
+                meta,
+                prev: Some(PrevItem {
+                    value,
+                    meta: before,
+                }),
+            });
+            self.shard.seg_mut(loc.slot).set_revision(at, &h, rev);
         }
         true
     }
@@ -910,14 +1020,30 @@ impl Entry<'_> {
     /// flash copy to RAM first if it had one, see `Promote::Always`); their removal is logged
     /// as well, so a crash cannot bring one back from a checkpoint.
     pub fn delete(&mut self) -> bool {
-        let removed = self.shard.remove(self.hash, self.key).is_some();
+        self.delete_revision().0
+    }
+
+    /// [`Entry::delete`], also returning the revision of the delete when one was reported.
+    pub fn delete_revision(&mut self) -> (bool, Option<Revision>) {
+        let env = self.store.env(self.now);
+        let removed = self.shard.remove(self.hash, self.key);
         let flash_removed = self.shard.flash_remove_key(self.hash, self.key) > 0;
-        if removed || flash_removed {
-            if let Some(sink) = &self.store.sink {
-                sink.on_mutation(&Mutation::Deleted { key: self.key });
-            }
+        if removed.is_none() && !flash_removed {
+            return (false, None);
         }
-        removed
+        let prev = removed.map(|(loc, h)| {
+            let seg = self.shard.seg(loc.slot);
+            PrevItem {
+                value: seg.value(&h),
+                meta: meta_of(&h, seg, loc.offset as usize),
+            }
+        });
+        let rev = env.store.report(&Mutation::Deleted {
+            key: self.key,
+            reason: DeleteReason::Client,
+            prev,
+        });
+        (removed.is_some(), Some(rev))
     }
 }
 

@@ -4,14 +4,24 @@
 //!   Segment (1 MiB, or one oversized item):  [item][item][item]......[free]
 //!
 //!   item:  klen u8 | state u8 | vlen varint(1..5) | access u16 | [exptime u32] | cas u64
-//!          | [flags u32] | key | value
+//!          | rev i32 | [flags u32] | key | value
 //!          state bits: 0 dead, 1 fetched, 2 stale, 3 win_sent, 4 has_flags, 5 has_exptime
+//!   revision of an item = segment.rev_base + rev, or segment.rev_overflow[offset] when rev is
+//!   REV_OVERFLOW (i32::MIN)
 //! ```
 //!
 //! Items are never moved in place: an overwrite appends a new copy and marks the old one dead.
 //! Flags and the expiry cost nothing when they are 0 (the common case), so the seed's item
-//! (15-byte key, 50-byte value, no expiry) takes 13 header + 65 bytes = 78 bytes of segment
+//! (15-byte key, 50-byte value, no expiry) takes 17 header + 65 bytes = 82 bytes of segment
 //! memory. Setting flags or an expiry on an item that has no room for them writes a new copy.
+//!
+//! The revision (the item's mod_revision) costs 4 bytes instead of 8: each segment has a base
+//! revision (the store's newest revision when the segment was opened) and an item keeps the
+//! signed 32-bit distance to it. Items written into a segment have revisions just after its
+//! base; items copied into it (second chance, compaction) keep older revisions, up to 2^31
+//! behind. An item whose distance does not fit (copied forward after more than 2^31 writes
+//! since its own, or touched in a segment that old) keeps its revision in the segment's
+//! overflow map: rare, and exact either way.
 //!
 //! `access` is the item's last access (meta `l`/`h`, `me`'s `la=`, metadump), in 16 bits
 //! relative to the segment's creation time; see [`encode_access`].
@@ -88,7 +98,14 @@ pub struct Segment {
     pub live_items: usize,
     /// Unix seconds when the segment was opened: the base of its items' last access times.
     pub created: u32,
+    /// Revisions of items here are stored as a distance to this (see the module doc).
+    pub rev_base: u64,
+    /// Revisions whose distance to `rev_base` does not fit an i32, by item offset.
+    pub rev_overflow: std::collections::HashMap<u32, u64>,
 }
+
+/// The stored distance that says "look in the overflow map".
+const REV_OVERFLOW: i32 = i32::MIN;
 
 /// A decoded item header: where each part of the item is.
 #[derive(Clone, Copy, Debug)]
@@ -98,8 +115,10 @@ pub struct Header {
     pub access: u16,
     pub exptime: u32,
     pub cas: u64,
+    /// The stored revision distance (see [`Segment::revision`]).
+    pub rev: i32,
     pub flags: u32,
-    /// Offset of the access field (then the optional exptime, cas, the optional flags).
+    /// Offset of the access field (then the optional exptime, cas, rev, the optional flags).
     pub fields_at: usize,
     pub key_at: usize,
     pub key_len: usize,
@@ -130,18 +149,21 @@ pub fn item_size(key_len: usize, value_len: usize, flags: u32, exptime: u32) -> 
         + 2
         + optional(exptime != 0)
         + 8
+        + 4
         + optional(flags != 0)
         + key_len
         + value_len
 }
 
 impl Segment {
-    pub fn new(capacity: usize, now: u32) -> Segment {
+    pub fn new(capacity: usize, now: u32, rev_base: u64) -> Segment {
         Segment {
             data: Vec::with_capacity(capacity),
             live_bytes: 0,
             live_items: 0,
             created: now,
+            rev_base,
+            rev_overflow: std::collections::HashMap::new(),
         }
     }
 
@@ -149,8 +171,8 @@ impl Segment {
         self.data.capacity() - self.data.len()
     }
 
-    /// Appends an item; the caller checked `free() >= item_size(..)`. `access` is the unix
-    /// time of its last access. Returns its offset.
+    /// Appends an item with revision `rev`; the caller checked `free() >= item_size(..)`.
+    /// `access` is the unix time of its last access. Returns its offset.
     #[allow(clippy::too_many_arguments)]
     pub fn append(
         &mut self,
@@ -160,6 +182,7 @@ impl Segment {
         flags: u32,
         exptime: u32,
         cas: u64,
+        rev: u64,
         state: u8,
         access: u32,
     ) -> usize {
@@ -185,6 +208,8 @@ impl Segment {
             d.extend_from_slice(&exptime.to_le_bytes());
         }
         d.extend_from_slice(&cas.to_le_bytes());
+        // A placeholder: set_revision below writes the distance (or the overflow mark).
+        d.extend_from_slice(&0i32.to_le_bytes());
         if flags != 0 {
             d.extend_from_slice(&flags.to_le_bytes());
         }
@@ -195,7 +220,44 @@ impl Segment {
         assert_eq!(d.len() - at, size, "item size mismatch");
         self.live_bytes += size;
         self.live_items += 1;
+        let h = self.header(at);
+        self.set_revision(at, &h, rev);
         at
+    }
+
+    /// The revision of the item at `at` (whose header is `h`).
+    pub fn revision(&self, at: usize, h: &Header) -> u64 {
+        if h.rev != REV_OVERFLOW {
+            return self.rev_base.wrapping_add_signed(i64::from(h.rev));
+        }
+        self.rev_overflow[&(at as u32)]
+    }
+
+    /// Where the rev field of an item is.
+    fn rev_at(h: &Header) -> usize {
+        h.fields_at + 2 + if h.state & HAS_EXPTIME != 0 { 4 } else { 0 } + 8
+    }
+
+    /// Sets the revision of the item at `at`: a distance to the base when it fits, else an
+    /// entry of the overflow map.
+    pub fn set_revision(&mut self, at: usize, h: &Header, rev: u64) {
+        let distance = i64::try_from(i128::from(rev) - i128::from(self.rev_base))
+            .ok()
+            .and_then(|d| i32::try_from(d).ok())
+            .filter(|&d| d != REV_OVERFLOW);
+        let field = Segment::rev_at(h);
+        match distance {
+            Some(d) => {
+                self.data[field..field + 4].copy_from_slice(&d.to_le_bytes());
+                if h.rev == REV_OVERFLOW {
+                    self.rev_overflow.remove(&(at as u32));
+                }
+            }
+            None => {
+                self.data[field..field + 4].copy_from_slice(&REV_OVERFLOW.to_le_bytes());
+                self.rev_overflow.insert(at as u32, rev);
+            }
+        }
     }
 
     /// Decodes the header of the item at `at`.
@@ -224,7 +286,8 @@ impl Segment {
             i += 4;
         }
         let cas = u64::from_le_bytes(d[i..i + 8].try_into().expect("8 bytes"));
-        let mut key_at = i + 8;
+        let rev = i32::from_le_bytes(d[i + 8..i + 12].try_into().expect("4 bytes"));
+        let mut key_at = i + 12;
         let mut flags = 0;
         if state & HAS_FLAGS != 0 {
             flags = u32::from_le_bytes(d[key_at..key_at + 4].try_into().expect("4 bytes"));
@@ -235,6 +298,7 @@ impl Segment {
             access,
             exptime,
             cas,
+            rev,
             flags,
             fields_at,
             key_at,
@@ -314,7 +378,7 @@ mod tests {
 
     #[test]
     fn layout_round_trips() {
-        let mut s = Segment::new(4096, 1000);
+        let mut s = Segment::new(4096, 1000, 500);
         let a = s.append(
             b"memtier-1234567",
             &[&[7u8; 50]],
@@ -322,15 +386,32 @@ mod tests {
             0,
             0,
             42,
+            501,
             FETCHED,
             1000,
         );
-        let b = s.append(b"k", &[b"ab", b"cd"], 4, 0xdead_beef, 9, 1, 0, 1200);
-        assert_eq!(b - a, 78, "the seed's item takes 78 bytes");
-        let c = s.append(b"memtier-1234567", &[&[7u8; 50]], 50, 0, 9, 43, 0, 1000);
+        let b = s.append(b"k", &[b"ab", b"cd"], 4, 0xdead_beef, 9, 1, 7, 0, 1200);
+        assert_eq!(b - a, 82, "the seed's item takes 82 bytes");
+        assert_eq!(s.revision(a, &s.header(a)), 501);
+        assert_eq!(
+            s.revision(b, &s.header(b)),
+            7,
+            "an older revision, behind the base"
+        );
+        let c = s.append(
+            b"memtier-1234567",
+            &[&[7u8; 50]],
+            50,
+            0,
+            9,
+            43,
+            502,
+            0,
+            1000,
+        );
         assert_eq!(
             c - b,
-            2 + 1 + 2 + 4 + 8 + 4 + 1 + 4,
+            2 + 1 + 2 + 4 + 8 + 4 + 4 + 1 + 4,
             "expiry and flags cost 4 bytes each"
         );
         let h = s.header(b);
@@ -369,8 +450,34 @@ mod tests {
         assert_eq!(s.live_items, 2);
         assert_eq!(s.header(a).state & DEAD, DEAD);
         let big = vec![1u8; 300];
-        let d = s.append(b"big", &[&big], 300, 0, 0, 3, 0, 1000);
+        let d = s.append(b"big", &[&big], 300, 0, 0, 3, 503, 0, 1000);
         assert_eq!(s.header(d).value_len, 300);
+        // The fields written in place leave the revision alone.
+        let h = s.header(c);
+        assert_eq!(s.revision(c, &h), 502);
+    }
+
+    #[test]
+    fn revisions_far_from_the_base_overflow_exactly() {
+        let base = 5u64 << 32;
+        let mut s = Segment::new(4096, 0, base);
+        let far_back = s.append(b"old", &[b"v"], 1, 0, 9, 1, 3, 0, 0);
+        let far_ahead = s.append(b"new", &[b"v"], 1, 0, 0, 1, base + (1 << 31), 0, 0);
+        let near = s.append(b"mid", &[b"v"], 1, 0, 0, 1, base - (1 << 31) + 1, 0, 0);
+        let rev = |s: &Segment, at| s.revision(at, &s.header(at));
+        assert_eq!(rev(&s, far_back), 3);
+        assert_eq!(rev(&s, far_ahead), base + (1 << 31));
+        assert_eq!(rev(&s, near), base - (1 << 31) + 1);
+        assert_eq!(s.rev_overflow.len(), 2);
+        // Back within reach: the overflow entry goes.
+        let h = s.header(far_back);
+        s.set_revision(far_back, &h, base + 10);
+        assert_eq!(rev(&s, far_back), base + 10);
+        assert_eq!(s.rev_overflow.len(), 1);
+        assert_eq!(rev(&s, far_ahead), base + (1 << 31));
+        let h = s.header(far_ahead);
+        s.set_revision(far_ahead, &h, u64::MAX);
+        assert_eq!(rev(&s, far_ahead), u64::MAX);
     }
 
     #[test]

@@ -21,6 +21,22 @@ use hashbrown::HashTable;
 use crate::flash::{tag_of, FlashLoc, FlashTier};
 use crate::segment::{self, Header, Segment, DEAD, FETCHED, SEGMENT_SIZE};
 use crate::StoreStats;
+use crate::{meta_of, DeleteReason, Mutation, PrevItem, Revision, Store};
+
+/// What shard operations that make room or remove items need from the store.
+pub struct Env<'a> {
+    /// Unix seconds now (expiry).
+    pub now: u32,
+    /// The key hash, the mutation report (`Store::report`) and the newest revision (the base
+    /// of a new segment).
+    pub store: &'a Store,
+}
+
+impl Env<'_> {
+    fn hash_of(&self, key: &[u8]) -> u64 {
+        self.store.hash(key)
+    }
+}
 
 /// Where an item lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,8 +138,9 @@ impl Shard {
             .copied()
     }
 
-    /// Removes `key` from the index and marks its item dead. Returns the header it had.
-    pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<Header> {
+    /// Removes `key` from the index and marks its item dead. Returns where it was and its
+    /// header (its bytes stay until the segment is freed).
+    pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<(Loc, Header)> {
         let slots = &self.slots;
         let entry = self
             .index
@@ -137,18 +154,49 @@ impl Shard {
         self.seg_mut(loc.slot).kill(loc.offset as usize);
         self.counters.curr_items -= 1;
         self.counters.bytes -= h.item_len(loc.offset as usize) as u64;
-        Some(h)
+        Some((loc, h))
+    }
+
+    /// Removes `key` from RAM and reports it as deleted for `reason` (expiry, or eviction for
+    /// good); counts it. Returns the revision of the removal, None if the key was not there.
+    pub fn remove_reported(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        reason: DeleteReason,
+        env: &Env<'_>,
+    ) -> Option<Revision> {
+        let (loc, h) = self.remove(hash, key)?;
+        match reason {
+            DeleteReason::Expired => {
+                self.counters.reclaimed += 1;
+                if h.state & FETCHED == 0 {
+                    self.counters.expired_unfetched += 1;
+                }
+            }
+            DeleteReason::Evicted => self.evicted_for_good(h.state & FETCHED != 0),
+            DeleteReason::Client => {}
+        }
+        let seg = self.seg(loc.slot);
+        Some(env.store.report(&Mutation::Deleted {
+            key,
+            reason,
+            prev: Some(PrevItem {
+                value: seg.value(&h),
+                meta: meta_of(&h, seg, loc.offset as usize),
+            }),
+        }))
     }
 
     /// Points `key` at `loc`, killing any older copy, in RAM or on flash.
-    pub fn link(&mut self, hash: u64, key: &[u8], loc: Loc, hash_of: &dyn Fn(&[u8]) -> u64) {
+    pub fn link(&mut self, hash: u64, key: &[u8], loc: Loc, env: &Env<'_>) {
         self.flash_remove_key(hash, key);
-        self.link_ram(hash, key, loc, hash_of);
+        self.link_ram(hash, key, loc, env);
     }
 
     /// Points `key` at `loc`, killing an older copy in RAM (moves within RAM: the key has no
     /// flash copy).
-    fn link_ram(&mut self, hash: u64, key: &[u8], loc: Loc, hash_of: &dyn Fn(&[u8]) -> u64) {
+    fn link_ram(&mut self, hash: u64, key: &[u8], loc: Loc, env: &Env<'_>) {
         let size = {
             let h = self.header(loc);
             h.item_len(loc.offset as usize)
@@ -157,7 +205,7 @@ impl Shard {
         let slots = &self.slots;
         self.index.insert_unique(hash, loc, |l| {
             let seg = slots[l.slot as usize].as_ref().expect("live slot");
-            hash_of(seg.key(&seg.header(l.offset as usize)))
+            env.hash_of(seg.key(&seg.header(l.offset as usize)))
         });
         self.counters.curr_items += 1;
         self.counters.bytes += size as u64;
@@ -168,13 +216,7 @@ impl Shard {
     /// A new head segment is opened first, then the oldest segments are emptied until the
     /// shard is back within its budget; fetched survivors move into the new head but always
     /// leave `size` bytes free, so the new item fits.
-    pub fn alloc(
-        &mut self,
-        size: usize,
-        evict: bool,
-        now: u32,
-        hash_of: &dyn Fn(&[u8]) -> u64,
-    ) -> Alloc {
+    pub fn alloc(&mut self, size: usize, evict: bool, env: &Env<'_>) -> Alloc {
         if let Some(&head) = self.fifo.back() {
             if self.seg(head).free() >= size {
                 return Alloc::At(Loc {
@@ -187,7 +229,7 @@ impl Shard {
         if !evict && !self.fifo.is_empty() && self.memory_used() + capacity > self.budget {
             return Alloc::NoRoom;
         }
-        let seg = Segment::new(capacity, now);
+        let seg = Segment::new(capacity, env.now, env.store.newest_revision());
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(seg);
@@ -201,7 +243,7 @@ impl Shard {
         self.segment_bytes += capacity;
         self.fifo.push_back(slot);
         while self.memory_used() > self.budget && self.fifo.len() > 1 {
-            self.evict_oldest(now, size, hash_of);
+            self.evict_oldest(size, env);
         }
         Alloc::At(Loc {
             slot,
@@ -211,15 +253,16 @@ impl Shard {
 
     /// Evicts old segments until the shard is within its budget again (after the budget
     /// shrank); the head segment stays.
-    pub fn shrink_to_budget(&mut self, now: u32, hash_of: &dyn Fn(&[u8]) -> u64) {
+    pub fn shrink_to_budget(&mut self, env: &Env<'_>) {
         while self.memory_used() > self.budget && self.fifo.len() > 1 {
-            self.evict_oldest(now, 0, hash_of);
+            self.evict_oldest(0, env);
         }
     }
 
     /// Empties and frees the oldest segment (never the head). Live items that were fetched
     /// since they were written get a second chance at the head while it keeps `reserve` free.
-    fn evict_oldest(&mut self, now: u32, reserve: usize, hash_of: &dyn Fn(&[u8]) -> u64) {
+    fn evict_oldest(&mut self, reserve: usize, env: &Env<'_>) {
+        let now = env.now;
         let oldest = self.fifo[0];
         let head = *self.fifo.back().expect("non-empty");
         assert_ne!(oldest, head, "the head is never evicted");
@@ -229,20 +272,21 @@ impl Shard {
                 continue;
             }
             let key = self.seg(oldest).key(&h).to_vec();
-            let hash = hash_of(&key);
+            let hash = env.hash_of(&key);
             let size = h.item_len(at);
-            let second_chance = h.state & FETCHED != 0
-                && self.seg(head).free() >= size + reserve
-                && (h.exptime == 0 || h.exptime > now);
+            let expired = h.exptime != 0 && h.exptime <= now;
+            let second_chance =
+                h.state & FETCHED != 0 && self.seg(head).free() >= size + reserve && !expired;
             if second_chance {
                 let from = Loc {
                     slot: oldest,
                     offset: at as u32,
                 };
-                self.move_item(from, head, hash, &key, hash_of, h.state & !FETCHED);
-            } else if !self.move_to_flash(oldest, &h, hash, &key, now) {
-                self.remove(hash, &key);
-                self.evicted_for_good(h.state & FETCHED != 0);
+                self.move_item(from, head, hash, &key, env, h.state & !FETCHED);
+            } else if expired {
+                self.remove_reported(hash, &key, DeleteReason::Expired, env);
+            } else if !self.move_to_flash(oldest, &h, at, hash, &key, now) {
+                self.remove_reported(hash, &key, DeleteReason::Evicted, env);
             }
         }
         self.free_segment(oldest);
@@ -250,7 +294,7 @@ impl Shard {
 
     /// The one place where a live item leaves the cache for good because of space (RAM
     /// eviction without a flash copy, or a flash copy dropped by flash eviction or a failed
-    /// device). Not a client mutation: nothing is logged.
+    /// device). Counts it; a RAM eviction is reported by [`Shard::remove_reported`].
     pub fn evicted_for_good(&mut self, fetched: bool) {
         self.counters.evictions += 1;
         if !fetched {
@@ -260,7 +304,15 @@ impl Shard {
 
     /// Hands the item at `at` of segment `slot` to the flash tier; on success its RAM entry is
     /// replaced by a flash entry. An expired item is not written (it is removed by the caller).
-    fn move_to_flash(&mut self, slot: u32, h: &Header, hash: u64, key: &[u8], now: u32) -> bool {
+    fn move_to_flash(
+        &mut self,
+        slot: u32,
+        h: &Header,
+        at: usize,
+        hash: u64,
+        key: &[u8],
+        now: u32,
+    ) -> bool {
         let Some(tier) = self.tier.clone() else {
             return false;
         };
@@ -268,7 +320,7 @@ impl Shard {
             return false;
         }
         let seg = self.seg(slot);
-        let meta = crate::meta_of(h, seg);
+        let meta = crate::meta_of(h, seg, at);
         let Some(loc) = tier.admit(hash, key, seg.value(h), &meta) else {
             return false;
         };
@@ -384,18 +436,11 @@ impl Shard {
     }
 
     /// Copies a live item to segment `to` and relinks the index to the copy.
-    fn move_item(
-        &mut self,
-        from: Loc,
-        to: u32,
-        hash: u64,
-        key: &[u8],
-        hash_of: &dyn Fn(&[u8]) -> u64,
-        state: u8,
-    ) {
+    fn move_item(&mut self, from: Loc, to: u32, hash: u64, key: &[u8], env: &Env<'_>, state: u8) {
         let h = self.header(from);
         let value = self.seg(from.slot).value(&h).to_vec();
         let access = self.seg(from.slot).access(&h);
+        let rev = self.seg(from.slot).revision(from.offset as usize, &h);
         let offset = self.seg_mut(to).append(
             key,
             &[&value],
@@ -403,6 +448,7 @@ impl Shard {
             h.flags,
             h.exptime,
             h.cas,
+            rev,
             state,
             access,
         );
@@ -413,7 +459,7 @@ impl Shard {
                 slot: to,
                 offset: offset as u32,
             },
-            hash_of,
+            env,
         );
     }
 
@@ -444,7 +490,9 @@ impl Shard {
 
     /// Removes expired items from up to `max_items` items, continuing where the last call
     /// stopped, and compacts segments that are mostly dead. Returns items reclaimed.
-    pub fn reclaim(&mut self, now: u32, max_items: usize, hash_of: &dyn Fn(&[u8]) -> u64) -> usize {
+    pub fn reclaim(&mut self, max_items: usize, env: &Env<'_>) -> usize {
+        let now = env.now;
+        let hash_of = |k: &[u8]| env.hash_of(k);
         let mut examined = 0;
         let mut reclaimed = 0;
         let mut visited = 0;
@@ -458,11 +506,7 @@ impl Shard {
                 let h = self.seg(slot).header(at);
                 if h.state & DEAD == 0 && h.exptime != 0 && h.exptime <= now {
                     let key = self.seg(slot).key(&h).to_vec();
-                    self.remove(hash_of(&key), &key);
-                    self.counters.reclaimed += 1;
-                    if h.state & FETCHED == 0 {
-                        self.counters.expired_unfetched += 1;
-                    }
+                    self.remove_reported(hash_of(&key), &key, DeleteReason::Expired, env);
                     reclaimed += 1;
                 }
             }
@@ -485,7 +529,7 @@ impl Shard {
                             head,
                             hash_of(&key),
                             &key,
-                            hash_of,
+                            env,
                             h.state,
                         );
                     }

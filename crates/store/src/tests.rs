@@ -119,30 +119,65 @@ fn reclaim_frees_expired_items() {
     assert!(value(&s, b"k1", 200).is_some());
 }
 
+/// A sink that numbers mutations and keeps one line per report.
+#[derive(Default)]
+struct Reports {
+    lines: StdMutex<Vec<String>>,
+    revision: AtomicU64,
+}
+
+impl MutationSink for Reports {
+    fn on_mutation(&self, m: &Mutation<'_>) -> Revision {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let prev = |p: &PrevItem<'_>| format!("{}@{}", text(p.value), p.meta.mod_revision);
+        let rev = self.revision.fetch_add(1, Ordering::Relaxed) + 1;
+        let line = match m {
+            Mutation::Stored {
+                key,
+                value,
+                meta,
+                prev: p,
+            } => {
+                assert_eq!(meta.mod_revision, 0, "the sink assigns the revision");
+                format!(
+                    "{rev} S {} {} {} {} prev={}",
+                    text(key),
+                    text(value),
+                    meta.exptime,
+                    meta.stale,
+                    p.as_ref().map_or("-".into(), prev)
+                )
+            }
+            Mutation::Deleted {
+                key,
+                reason,
+                prev: p,
+            } => {
+                format!(
+                    "{rev} D {} {reason:?} prev={}",
+                    text(key),
+                    p.as_ref().map_or("-".into(), prev)
+                )
+            }
+            Mutation::Flushed => format!("{rev} F"),
+            Mutation::FlushScheduled { at } => format!("{rev} FS {at}"),
+        };
+        self.lines.lock().unwrap().push(line);
+        rev
+    }
+}
+
+impl Reports {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
+}
+
 #[test]
 fn update_meta_and_mutation_reports() {
-    #[derive(Default)]
-    struct Log(StdMutex<Vec<String>>);
-    impl MutationSink for Log {
-        fn on_mutation(&self, m: &Mutation<'_>) {
-            let line = match m {
-                Mutation::Stored { key, value, meta } => format!(
-                    "S {} {} {} {}",
-                    String::from_utf8_lossy(key),
-                    String::from_utf8_lossy(value),
-                    meta.exptime,
-                    meta.stale
-                ),
-                Mutation::Deleted { key } => format!("D {}", String::from_utf8_lossy(key)),
-                Mutation::Flushed => "F".to_string(),
-                Mutation::FlushScheduled { at } => format!("FS {at}"),
-            };
-            self.0.lock().unwrap().push(line);
-        }
-    }
-    let log = Arc::new(Log::default());
+    let log = Arc::new(Reports::default());
     let s = Store::new(StoreConfig::default(), Some(log.clone()));
-    set(&s, b"k", b"v", 0, 0);
+    assert_eq!(set(&s, b"k", b"v", 0, 0).mod_revision, 1);
     assert!(
         s.entry(b"k", 100, |e| e.update_meta(|m| m.fetched = true)),
         "not reported"
@@ -151,9 +186,14 @@ fn update_meta_and_mutation_reports() {
     assert!(s.entry(b"k", 100, |e| e.update_meta(|m| m.stale = true)));
     assert!(s.entry(b"k", 100, |e| e.update_meta(|m| m.flags = 3)));
     assert_eq!(
-        s.entry(b"k", 100, |e| e.peek())
-            .map(|(m, _)| (m.flags, m.stale, m.exptime)),
-        Some((3, true, 500))
+        s.entry(b"k", 100, |e| e.peek()).map(|(m, _)| (
+            m.flags,
+            m.stale,
+            m.exptime,
+            m.mod_revision
+        )),
+        Some((3, true, 500, 4)),
+        "each visible change is a revision, kept by the item"
     );
     assert!(!s.entry(b"nope", 100, |e| e.update_meta(|m| m.exptime = 1)));
     s.entry(b"k", 100, |e| e.delete());
@@ -176,21 +216,97 @@ fn update_meta_and_mutation_reports() {
         "flush_all cancels the schedule"
     );
     assert_eq!(
-        *log.0.lock().unwrap(),
+        log.take(),
         vec![
-            "S k v 0 false",
-            "S k v 500 false",
-            "S k v 500 true",
-            "S k v 500 true",
-            "D k",
-            "F",
-            "FS 200",
-            "FS 300",
-            "F",
-            "FS 400",
-            "F",
+            "1 S k v 0 false prev=-",
+            "2 S k v 500 false prev=v@1",
+            "3 S k v 500 true prev=v@2",
+            "4 S k v 500 true prev=v@3",
+            "5 D k Client prev=v@4",
+            "6 F",
+            "7 FS 200",
+            "8 FS 300",
+            "9 F",
+            "10 FS 400",
+            "11 F",
         ]
     );
+}
+
+#[test]
+fn expiry_and_eviction_are_reported_with_their_reason() {
+    let log = Arc::new(Reports::default());
+    let s = Store::new(
+        StoreConfig {
+            memory_limit_bytes: 8 << 20,
+            shard_count: 1,
+            ..StoreConfig::default()
+        },
+        Some(log.clone()),
+    );
+    s.entry(b"e1", 100, |e| e.store(&[b"x"], 0, 150, None))
+        .unwrap();
+    s.entry(b"e2", 100, |e| e.store(&[b"y"], 0, 150, None))
+        .unwrap();
+    s.entry(b"e3", 100, |e| e.store(&[b"z"], 0, 150, None))
+        .unwrap();
+    assert_eq!(s.get(b"e1", 150), ReadOutcome::Expired);
+    assert!(s.entry(b"e2", 150, |e| e.was_expired()));
+    assert_eq!(s.reclaim_expired(150, 100), 1);
+    assert_eq!(
+        log.take(),
+        vec![
+            "1 S e1 x 150 false prev=-",
+            "2 S e2 y 150 false prev=-",
+            "3 S e3 z 150 false prev=-",
+            "4 D e1 Expired prev=x@1",
+            "5 D e2 Expired prev=y@2",
+            "6 D e3 Expired prev=z@3",
+        ]
+    );
+    // Fill past the limit: every item that leaves is reported as evicted, once, and a store
+    // that evicted its own key's old copy reports no previous item.
+    let value = vec![7u8; 1000];
+    for i in 0..20_000u32 {
+        s.entry(format!("k{i}").as_bytes(), 100, |e| {
+            e.store(&[&value], 0, 0, None)
+        })
+        .unwrap();
+    }
+    let lines = log.take();
+    let evicted = lines.iter().filter(|l| l.contains(" Evicted ")).count() as u64;
+    assert!(evicted > 0);
+    assert_eq!(s.stats().evictions, evicted);
+    assert_eq!(s.stats().curr_items + evicted, 20_000);
+    let revs: Vec<u64> = lines
+        .iter()
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(revs.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn moved_items_keep_their_revision() {
+    let s = Store::new(
+        StoreConfig {
+            memory_limit_bytes: 8 << 20,
+            shard_count: 1,
+            ..StoreConfig::default()
+        },
+        None,
+    );
+    let hot = set(&s, b"hot", b"value", 0, 0);
+    let value = vec![7u8; 1000];
+    for i in 0..20_000u32 {
+        // Read the hot key now and then: second chance copies it forward.
+        let _ = s.get(b"hot", 100);
+        set(&s, format!("k{i}").as_bytes(), &value, 0, 0);
+    }
+    let ReadOutcome::Hit(item) = s.get(b"hot", 100) else {
+        panic!("the hot key was kept")
+    };
+    assert_eq!(item.meta.mod_revision, hot.mod_revision);
+    assert!(s.newest_revision() > 20_000);
 }
 
 #[test]
@@ -273,10 +389,11 @@ fn the_memory_limit_changes_while_serving() {
                 last_access: 0,
                 fetched: false,
                 stale: false,
-                win_sent: false
+                win_sent: false,
+                mod_revision: 0,
             }
         ),
-        2 + 2 + 2 + 8 + 1 + 1000
+        2 + 2 + 2 + 8 + 4 + 1 + 1000
     );
 }
 

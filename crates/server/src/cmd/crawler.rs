@@ -78,6 +78,7 @@ mod tests {
             fetched,
             stale: false,
             win_sent: false,
+            mod_revision: 0,
         };
         metadump_line(b"a%20b", 71, &meta(1_700_000_100, false), &mut out);
         metadump_line(b"k2~_.-", 62, &meta(0, true), &mut out);

@@ -116,6 +116,7 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             crate::flash::readings(ctx, &mut r);
             lines(out, &r.0);
         }
+        Some("grpc") => lines(out, &crate::stats::grpc(ctx)),
         Some("items") => {
             let s = ctx.store.stats();
             let age = match s.oldest_segment_created {

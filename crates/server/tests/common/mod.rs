@@ -14,6 +14,8 @@ use std::time::Duration;
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Where the gRPC API listens (None when a test turned it off).
+    pub grpc_addr: Option<SocketAddr>,
     /// The data folder the server was started with (a fresh temporary one by default).
     pub dir: std::path::PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -58,7 +60,7 @@ impl Server {
 
     /// Starts the server on an existing data folder (a restart). Log segments are 2 MiB unless
     /// `args` name their own `--log-segment-mb N`, as two arguments (needed for items over
-    /// 1 MiB).
+    /// 1 MiB). The gRPC API listens on a free port unless `args` name `--grpc-listen`.
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
         Server::spawn(dir, &[], args, Stdio::null())
     }
@@ -80,6 +82,11 @@ impl Server {
         } else {
             &["--log-segment-mb", "2"]
         };
+        let grpc: &[&str] = if args.contains(&"--grpc-listen") {
+            &[]
+        } else {
+            &["--grpc-listen", "127.0.0.1:0"]
+        };
         let binary = env!("CARGO_BIN_EXE_cairn");
         let mut command = match prefix.split_first() {
             Some((first, rest)) => {
@@ -92,6 +99,7 @@ impl Server {
         let mut child = command
             .args(["-p", "0", "--enable-admin"])
             .args(segments)
+            .args(grpc)
             .arg("--data-dir")
             .arg(dir)
             .args(args)
@@ -102,11 +110,15 @@ impl Server {
             .expect("spawn cairn");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
+        let mut grpc_addr = None;
         let addr = loop {
             let line = lines
                 .next()
                 .expect("cairn exited before it was ready")
                 .expect("read stdout");
+            if let Some(a) = line.strip_prefix("cairn grpc listening on ") {
+                grpc_addr = Some(a.parse().expect("address"));
+            }
             if let Some(a) = line.strip_prefix("cairn listening on ") {
                 break a.parse().expect("address");
             }
@@ -114,6 +126,7 @@ impl Server {
         Server {
             child,
             addr,
+            grpc_addr,
             dir: dir.to_path_buf(),
             _tmp: None,
         }

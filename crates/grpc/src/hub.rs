@@ -1,0 +1,601 @@
+//! The watch hub: every mutation with its revision, in revision order, published only once it
+//! can no longer be lost, and kept in an in-memory history ring bounded in bytes.
+//!
+//! ```text
+//!   persistence on:  store ─ shard lock ─> LogSink ── append ─> LSN ──> Hub::on_logged(LSN, m)
+//!                    (a LogObserver; calls from different shards may come out of order) │
+//!                    log syncer ── safe mark (durable / written) ───> Hub::on_safe      │
+//!                                                                               v
+//!                    pending: slot per revision after `published` ── filled prefix ≤ safe ─┐
+//!   persistence off: store ─ shard lock ─> Hub::on_mutation: revision = counter + 1 ───────┤
+//!                    (assigned and published in one critical section: already in order)   v
+//!                    ring: events in revision order, oldest dropped past `limit_bytes` ──> readers
+//!                    `published` (atomic + tokio watch): readers wake and pull from the ring
+//! ```
+//!
+//! Readers (watch streams) pull: each keeps a cursor and reads `[cursor, published]` from the
+//! ring when woken, so a slow reader only holds an old cursor, never a queue in the hub. A
+//! cursor older than the ring is served from the command log (persistence on) or gets
+//! [`ReadError::Compacted`].
+//!
+//! Why "published" never covers a revision a crash can take back: with persistence on, the
+//! revision is the log LSN, and the hub publishes revision r only when every LSN up to r has
+//! been handed to it (each LSN is a mutation or a bookkeeping record, so the slots fill without
+//! holes) and the log says r is safe in the mode in force (durable in sync mode, handed to the
+//! kernel in async mode). After a crash the log restarts past what it holds, so a published
+//! revision is never handed out twice (a power loss in async mode may take back the last ones,
+//! as it takes back acknowledged writes).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_persist::record::Record;
+use cairn_persist::{LogObserver, Mode, Persistence};
+use cairn_store::{DeleteReason, ItemMeta, Mutation, MutationSink, PrevItem, Revision};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+/// What happened at one revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// The key holds the event's item.
+    Put,
+    /// The key was removed.
+    Delete(DeleteReason),
+    /// Every item was removed (flush_all).
+    Flush,
+}
+
+/// An item's state as an event carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemState {
+    pub value: Bytes,
+    pub flags: u32,
+    pub exptime: u32,
+    pub cas: u64,
+    pub stale: bool,
+    pub mod_revision: Revision,
+}
+
+/// One published mutation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub revision: Revision,
+    pub kind: EventKind,
+    /// Empty for a flush.
+    pub key: Bytes,
+    /// The new item of a Put.
+    pub item: Option<ItemState>,
+    /// The item before the mutation, if there was one (None for events read from the log,
+    /// which does not keep it).
+    pub prev: Option<ItemState>,
+}
+
+/// Memory an event holds beyond its bytes (struct, Arc, ring slot), for the ring's bound.
+const EVENT_OVERHEAD_BYTES: usize = 192;
+
+impl Event {
+    /// Builds the event of a store mutation; None for a mutation that is no event (a
+    /// scheduled flush: its effect comes later as a Flush).
+    pub fn from_mutation(m: &Mutation<'_>, revision: Revision) -> Option<Event> {
+        // One buffer for key, value and previous value; the parts are slices of it.
+        let state =
+            |buf: &Bytes, at: usize, len: usize, meta: &ItemMeta, rev: Revision| ItemState {
+                value: buf.slice(at..at + len),
+                flags: meta.flags,
+                exptime: meta.exptime,
+                cas: meta.cas,
+                stale: meta.stale,
+                mod_revision: rev,
+            };
+        let pack = |key: &[u8], value: &[u8], prev: Option<&PrevItem<'_>>| {
+            let mut v =
+                Vec::with_capacity(key.len() + value.len() + prev.map_or(0, |p| p.value.len()));
+            v.extend_from_slice(key);
+            v.extend_from_slice(value);
+            if let Some(p) = prev {
+                v.extend_from_slice(p.value);
+            }
+            Bytes::from(v)
+        };
+        let prev_state = |buf: &Bytes, at: usize, p: &PrevItem<'_>| {
+            state(buf, at, p.value.len(), &p.meta, p.meta.mod_revision)
+        };
+        Some(match m {
+            Mutation::Stored {
+                key,
+                value,
+                meta,
+                prev,
+            } => {
+                let buf = pack(key, value, prev.as_ref());
+                let (k, v) = (key.len(), value.len());
+                Event {
+                    revision,
+                    kind: EventKind::Put,
+                    key: buf.slice(..k),
+                    item: Some(state(&buf, k, v, meta, revision)),
+                    prev: prev.as_ref().map(|p| prev_state(&buf, k + v, p)),
+                }
+            }
+            Mutation::Deleted { key, reason, prev } => {
+                let buf = pack(key, &[], prev.as_ref());
+                Event {
+                    revision,
+                    kind: EventKind::Delete(*reason),
+                    key: buf.slice(..key.len()),
+                    item: None,
+                    prev: prev.as_ref().map(|p| prev_state(&buf, key.len(), p)),
+                }
+            }
+            Mutation::Flushed => Event {
+                revision,
+                kind: EventKind::Flush,
+                key: Bytes::new(),
+                item: None,
+                prev: None,
+            },
+            Mutation::FlushScheduled { .. } => return None,
+        })
+    }
+
+    /// The event of a command log record read back at `lsn` (history older than the ring);
+    /// None for a record that is no event. The log keeps no previous items.
+    pub fn from_record(rec: &Record<'_>, lsn: Revision) -> Option<Event> {
+        Some(match *rec {
+            Record::Stored {
+                key,
+                value,
+                flags,
+                exptime,
+                cas,
+                stale,
+            } => {
+                let mut buf = Vec::with_capacity(key.len() + value.len());
+                buf.extend_from_slice(key);
+                buf.extend_from_slice(value);
+                let buf = Bytes::from(buf);
+                Event {
+                    revision: lsn,
+                    kind: EventKind::Put,
+                    key: buf.slice(..key.len()),
+                    item: Some(ItemState {
+                        value: buf.slice(key.len()..),
+                        flags,
+                        exptime,
+                        cas,
+                        stale,
+                        mod_revision: lsn,
+                    }),
+                    prev: None,
+                }
+            }
+            Record::Deleted { key, reason } => Event {
+                revision: lsn,
+                kind: EventKind::Delete(reason),
+                key: Bytes::copy_from_slice(key),
+                item: None,
+                prev: None,
+            },
+            Record::Flushed => Event {
+                revision: lsn,
+                kind: EventKind::Flush,
+                key: Bytes::new(),
+                item: None,
+                prev: None,
+            },
+            Record::FlushScheduled { .. } => return None,
+        })
+    }
+
+    /// Bytes this event holds in memory (for the ring's bound).
+    pub fn size_bytes(&self) -> usize {
+        EVENT_OVERHEAD_BYTES
+            + self.key.len()
+            + self.item.as_ref().map_or(0, |i| i.value.len())
+            + self.prev.as_ref().map_or(0, |p| p.value.len())
+    }
+}
+
+/// A revision's slot while it waits to be published.
+enum Slot {
+    /// Not handed to the hub yet.
+    Waiting,
+    /// A revision that carries no event (a bookkeeping record, a scheduled flush).
+    NoEvent,
+    Event(Arc<Event>),
+}
+
+/// Revisions after `published`, in order, until they can be published.
+struct Pending {
+    /// slots[i] holds revision `base + i`.
+    slots: VecDeque<Slot>,
+    /// The revision of `slots[0]`: published + 1.
+    base: Revision,
+}
+
+/// The history in memory.
+struct Ring {
+    events: VecDeque<Arc<Event>>,
+    bytes: usize,
+    /// The oldest revision the ring can answer for: every event from it to `published` is in
+    /// `events` (earlier ones were dropped, or came before the hub started).
+    first: Revision,
+}
+
+/// Why a read from the ring gave nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    /// The history in memory starts at this revision; the cursor is older.
+    Compacted(Revision),
+}
+
+/// Figures for stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    pub published_revision: Revision,
+    pub history_first_revision: Revision,
+    pub history_events: u64,
+    pub history_bytes: u64,
+    pub history_limit_bytes: u64,
+    /// Revisions handed to the hub and not yet published (waiting to be safe).
+    pub pending_revisions: u64,
+}
+
+/// See the module doc.
+pub struct Hub {
+    pending: Mutex<Pending>,
+    /// Held by a drain from cutting the ready prefix until it is in the ring, so that drains
+    /// publish in revision order (persistence on only).
+    publishing: Mutex<()>,
+    ring: RwLock<Ring>,
+    /// The newest published revision.
+    published: AtomicU64,
+    /// Persistence on: the log is safe up to here. Off: unused (everything is safe at once).
+    safe: AtomicU64,
+    /// True without persistence: the hub assigns revisions itself ([`MutationSink`]).
+    counting: bool,
+    /// Wakes readers when `published` moves.
+    notify: watch::Sender<Revision>,
+    /// The ring's bound.
+    limit_bytes: usize,
+}
+
+impl Hub {
+    fn new(start: Revision, limit_bytes: usize, counting: bool) -> Hub {
+        Hub {
+            publishing: Mutex::new(()),
+            pending: Mutex::new(Pending {
+                slots: VecDeque::new(),
+                base: start + 1,
+            }),
+            ring: RwLock::new(Ring {
+                events: VecDeque::new(),
+                bytes: 0,
+                first: start + 1,
+            }),
+            published: AtomicU64::new(start),
+            safe: AtomicU64::new(start),
+            counting,
+            notify: watch::Sender::new(start),
+            limit_bytes,
+        }
+    }
+
+    /// A hub for a server without persistence: it numbers mutations itself, from 1, and is
+    /// the store's [`MutationSink`].
+    pub fn counting(limit_bytes: usize) -> Arc<Hub> {
+        Arc::new(Hub::new(0, limit_bytes, true))
+    }
+
+    /// A hub fed by `persist`'s command log: it observes every logged mutation and follows the
+    /// log's safe mark. Call before serving (no mutation may run meanwhile): it makes what
+    /// recovery left durable and starts after it.
+    pub fn attach(persist: &Arc<Persistence>, limit_bytes: usize) -> Result<Arc<Hub>, String> {
+        persist.sync().map_err(|e| e.to_string())?;
+        let start = persist.durable_lsn();
+        let hub = Arc::new(Hub::new(start, limit_bytes, false));
+        persist.add_observer(Arc::clone(&hub) as Arc<dyn LogObserver>);
+        // The syncer calls this after every advance; the mark depends on the mode in force.
+        let (h, p) = (Arc::clone(&hub), Arc::downgrade(persist));
+        persist.on_advance(Box::new(move |r| {
+            if let (Ok(marks), Some(p)) = (r, p.upgrade()) {
+                h.on_safe(match p.mode() {
+                    Mode::Sync => marks.durable,
+                    _ => marks.written,
+                });
+            }
+        }));
+        Ok(hub)
+    }
+
+    /// The newest published revision: every event up to it can be read.
+    pub fn published(&self) -> Revision {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// A receiver that changes whenever `published` moves.
+    pub fn subscribe(&self) -> watch::Receiver<Revision> {
+        self.notify.subscribe()
+    }
+
+    /// The oldest revision the in-memory history can answer for.
+    pub fn first_in_memory(&self) -> Revision {
+        self.ring.read().first
+    }
+
+    /// Events with `from <= revision <= upto`, at most `max` of them, in revision order, and
+    /// the revision to continue from. Compacted if `from` is older than the ring.
+    pub fn read(
+        &self,
+        from: Revision,
+        upto: Revision,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, Revision), ReadError> {
+        let ring = self.ring.read();
+        if from < ring.first {
+            return Err(ReadError::Compacted(ring.first));
+        }
+        let start = ring.events.partition_point(|e| e.revision < from);
+        let mut out = Vec::new();
+        for e in ring.events.range(start..) {
+            if e.revision > upto {
+                break;
+            }
+            if out.len() == max {
+                let next = e.revision;
+                return Ok((out, next));
+            }
+            out.push(Arc::clone(e));
+        }
+        Ok((out, upto + 1))
+    }
+
+    pub fn stats(&self) -> HubStats {
+        let pending = self.pending.lock().slots.len() as u64;
+        let ring = self.ring.read();
+        HubStats {
+            published_revision: self.published(),
+            history_first_revision: ring.first,
+            history_events: ring.events.len() as u64,
+            history_bytes: ring.bytes as u64,
+            history_limit_bytes: self.limit_bytes as u64,
+            pending_revisions: pending,
+        }
+    }
+
+    /// Puts what `revision` holds into its slot and publishes what became ready.
+    fn fill(&self, revision: Revision, slot: Slot) {
+        let mut p = self.pending.lock();
+        assert!(
+            revision >= p.base,
+            "revision {revision} handed to the hub twice (published up to {})",
+            p.base - 1
+        );
+        let i = (revision - p.base) as usize;
+        while p.slots.len() <= i {
+            p.slots.push_back(Slot::Waiting);
+        }
+        p.slots[i] = slot;
+        let late = revision <= self.safe.load(Ordering::Acquire) && i == 0;
+        drop(p);
+        if late {
+            // Safe before it was handed over (the syncer was quick): publish it now.
+            self.drain();
+        }
+    }
+
+    /// Publishes the filled prefix of the pending slots that is safe. The pending lock (which
+    /// writers take under their shard lock) is held only to cut the prefix off; the ring is
+    /// filled after, and `publishing` keeps concurrent drains in order.
+    fn drain(&self) {
+        let _in_order = self.publishing.lock();
+        let (ready, published) = {
+            let mut p = self.pending.lock();
+            let safe = self.safe.load(Ordering::Acquire);
+            let mut k = 0usize;
+            while k < p.slots.len()
+                && p.base + k as u64 <= safe
+                && !matches!(p.slots[k], Slot::Waiting)
+            {
+                k += 1;
+            }
+            if k == 0 {
+                return;
+            }
+            // Move the smaller side: the ready prefix, or the rest.
+            let ready = if k * 2 >= p.slots.len() {
+                let rest = p.slots.split_off(k);
+                std::mem::replace(&mut p.slots, rest)
+            } else {
+                p.slots.drain(..k).collect()
+            };
+            p.base += k as u64;
+            (ready, p.base - 1)
+        };
+        let events = ready
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        self.publish(events, published);
+    }
+
+    /// Appends events to the ring, drops the oldest past the bound, and moves `published`.
+    fn publish(&self, events: Vec<Arc<Event>>, published: Revision) {
+        {
+            let mut ring = self.ring.write();
+            for e in events {
+                ring.bytes += e.size_bytes();
+                ring.events.push_back(e);
+            }
+            while ring.bytes > self.limit_bytes {
+                let Some(old) = ring.events.pop_front() else {
+                    break;
+                };
+                ring.bytes -= old.size_bytes();
+                ring.first = old.revision + 1;
+            }
+        }
+        self.published.store(published, Ordering::Release);
+        self.notify.send_replace(published);
+    }
+}
+
+impl MutationSink for Hub {
+    /// Without persistence the hub is the store's sink: it numbers the mutation and publishes
+    /// it at once (the store holds the key's shard lock, so per key the order is the apply
+    /// order; the pending lock orders all keys).
+    fn on_mutation(&self, m: &Mutation<'_>) -> Revision {
+        debug_assert!(self.counting, "a fed hub gets mutations from the log");
+        let mut p = self.pending.lock();
+        let revision = p.base;
+        p.base += 1;
+        match Event::from_mutation(m, revision) {
+            Some(e) => self.publish(vec![Arc::new(e)], revision),
+            None => {
+                self.published.store(revision, Ordering::Release);
+                self.notify.send_replace(revision);
+            }
+        }
+        revision
+    }
+}
+
+impl LogObserver for Hub {
+    fn on_logged(&self, lsn: Revision, m: &Mutation<'_>) {
+        let slot = match Event::from_mutation(m, lsn) {
+            Some(e) => Slot::Event(Arc::new(e)),
+            None => Slot::NoEvent,
+        };
+        self.fill(lsn, slot);
+    }
+
+    fn on_no_event(&self, lsn: Revision) {
+        self.fill(lsn, Slot::NoEvent);
+    }
+}
+
+impl Hub {
+    /// Everything up to `lsn` is safe: publish what is ready.
+    pub fn on_safe(&self, lsn: Revision) {
+        if self.safe.fetch_max(lsn, Ordering::AcqRel) < lsn {
+            self.drain();
+        }
+    }
+}
+
+/// The newest revision assigned so far, published or not: a start revision beyond it is in
+/// the future.
+pub fn newest_assigned(hub: &Hub, persist: Option<&cairn_persist::Persistence>) -> Revision {
+    match persist {
+        Some(p) => p.appended_lsn(),
+        None => hub.published(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(rev: Revision) -> ItemMeta {
+        ItemMeta {
+            flags: 1,
+            exptime: 0,
+            cas: 9,
+            last_access: 0,
+            fetched: false,
+            stale: false,
+            win_sent: false,
+            mod_revision: rev,
+        }
+    }
+
+    fn put<'a>(key: &'a [u8], value: &'a [u8]) -> Mutation<'a> {
+        Mutation::Stored {
+            key,
+            value,
+            meta: meta(0),
+            prev: None,
+        }
+    }
+
+    fn revisions(hub: &Hub, from: Revision) -> Vec<Revision> {
+        let (events, _) = hub.read(from, hub.published(), usize::MAX).unwrap();
+        events.iter().map(|e| e.revision).collect()
+    }
+
+    #[test]
+    fn a_fed_hub_publishes_the_safe_filled_prefix_in_order() {
+        let hub = Hub::new(10, 1 << 20, false);
+        hub.on_logged(12, &put(b"b", b"2"));
+        hub.on_safe(12);
+        assert_eq!(hub.published(), 10, "11 is not there yet");
+        hub.on_logged(11, &put(b"a", b"1"));
+        assert_eq!(hub.published(), 12);
+        assert_eq!(revisions(&hub, 11), vec![11, 12]);
+        hub.on_logged(13, &put(b"c", b"3"));
+        hub.on_no_event(14);
+        hub.on_logged(15, &Mutation::Flushed);
+        assert_eq!(hub.published(), 12, "13.. are not safe yet");
+        hub.on_safe(14);
+        assert_eq!(hub.published(), 14);
+        hub.on_safe(15);
+        assert_eq!(revisions(&hub, 11), vec![11, 12, 13, 15]);
+        let (e, next) = hub.read(12, 15, 1).unwrap();
+        assert_eq!((e[0].revision, next), (12, 13), "max bounds a read");
+        assert_eq!(hub.read(10, 15, 9), Err(ReadError::Compacted(11)));
+    }
+
+    #[test]
+    fn the_ring_drops_the_oldest_past_its_bound() {
+        let hub = Hub::counting(3 * (EVENT_OVERHEAD_BYTES + 2));
+        for i in 0..10u8 {
+            assert_eq!(hub.on_mutation(&put(b"k", &[i])), u64::from(i) + 1);
+        }
+        assert_eq!(hub.published(), 10);
+        assert_eq!(revisions(&hub, 8), vec![8, 9, 10]);
+        assert_eq!(hub.read(7, 10, 9), Err(ReadError::Compacted(8)));
+        let e = &hub.read(10, 10, 1).unwrap().0[0];
+        assert_eq!(
+            (&e.key[..], &e.item.as_ref().unwrap().value[..]),
+            (&b"k"[..], &[9u8][..])
+        );
+    }
+
+    #[test]
+    fn events_carry_the_previous_item() {
+        let prev = PrevItem {
+            value: b"old",
+            meta: meta(4),
+        };
+        let m = Mutation::Stored {
+            key: b"key",
+            value: b"new",
+            meta: meta(0),
+            prev: Some(prev),
+        };
+        let e = Event::from_mutation(&m, 7).unwrap();
+        assert_eq!(&e.key[..], b"key");
+        let item = e.item.unwrap();
+        assert_eq!((&item.value[..], item.mod_revision), (&b"new"[..], 7));
+        let p = e.prev.unwrap();
+        assert_eq!((&p.value[..], p.mod_revision), (&b"old"[..], 4));
+        let d = Event::from_mutation(
+            &Mutation::Deleted {
+                key: b"key",
+                reason: DeleteReason::Evicted,
+                prev: Some(prev),
+            },
+            8,
+        )
+        .unwrap();
+        assert_eq!(d.kind, EventKind::Delete(DeleteReason::Evicted));
+        assert_eq!(&d.prev.unwrap().value[..], b"old");
+        assert!(Event::from_mutation(&Mutation::FlushScheduled { at: 5 }, 9).is_none());
+    }
+}

@@ -1,0 +1,724 @@
+//! The Watch service: one bidirectional stream, many watches, etcd-style.
+//!
+//! ```text
+//!   client requests ──> create / cancel / progress ──┐
+//!                                                    v
+//!   one task per stream: watches { id -> cursor, range, filters, phase }
+//!       │ initial_state: a blocking scan at revision R (items with mod_revision <= R), in
+//!       │   chunks through a queue of 2; then initial_state_done{R}; cursor = R + 1
+//!       │ live: read the hub's ring from the cursor (or the command log when the cursor is
+//!       │   older than the ring), filter, batch, send; cursor moves past what was read
+//!       v
+//!   bounded queue (STREAM_QUEUE responses) ──> tonic ──> HTTP/2 flow control ──> client
+//! ```
+//!
+//! Backpressure without unbounded buffering: a stream takes the next response only when its
+//! queue has room, so a client that stops reading stalls only its own task, which keeps just
+//! a cursor. The hub never holds anything per stream. When the client reads again, the stream
+//! catches up from the ring, then from the command log; if even the log no longer holds the
+//! cursor, the watch is canceled with `compact_revision` (nothing is dropped silently).
+//!
+//! Initial state without races: the watch's cursor is set to R + 1 before the scan starts,
+//! where R is the newest published revision. The scan sends an item only if its mod_revision
+//! is <= R; an item changed after R shows a larger revision (the store sets it under the
+//! shard lock the scan also takes), so it is left out and its events (all > R) follow the
+//! initial state. So initial state + events after R, applied in order, give the server's
+//! contents, with no write lost or doubled.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_store::{DeleteReason, Revision};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::hub::{self, Event, EventKind, ReadError};
+use crate::pb::{self, watch_create_request::FilterType, watch_request::RequestUnion};
+use crate::{now_unix, Backend};
+
+/// Responses a stream buffers before it stops producing (its bounded queue).
+const STREAM_QUEUE: usize = 16;
+/// Most events (and bytes of them) in one response.
+const MAX_EVENTS_PER_RESPONSE: usize = 1000;
+const MAX_BYTES_PER_RESPONSE: usize = 1 << 20;
+/// Most events examined per step for one watch (so one watch cannot hold the stream long).
+const MAX_EVENTS_PER_STEP: usize = 4096;
+/// Initial-state items per response (and the byte bound above).
+const MAX_ITEMS_PER_CHUNK: usize = 4096;
+/// Initial-state chunks produced ahead of sending.
+const INITIAL_QUEUE: usize = 2;
+/// Most payload bytes read from the command log in one step of a watch behind the ring.
+const MAX_LOG_BYTES_PER_STEP: usize = 4 << 20;
+
+pub struct WatchService {
+    b: Arc<Backend>,
+}
+
+impl WatchService {
+    pub fn new(b: Arc<Backend>) -> WatchService {
+        WatchService { b }
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::watch_server::Watch for WatchService {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<Streaming<pb::WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let (initial_tx, initial_rx) = mpsc::channel(INITIAL_QUEUE);
+        let s = StreamTask {
+            published: self.b.hub.subscribe(),
+            b: Arc::clone(&self.b),
+            requests: req.into_inner(),
+            tx,
+            initial_tx,
+            initial_rx,
+            watches: BTreeMap::new(),
+            next_id: 1,
+            turn: 0,
+        };
+        tokio::spawn(s.run());
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// The keys a watch covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeyRange {
+    Key(Bytes),
+    Prefix(Bytes),
+    /// [start, end); None = every key >= start.
+    Range(Bytes, Option<Bytes>),
+}
+
+impl KeyRange {
+    /// The range a create request names, or why it is not one.
+    fn of(req: &pb::WatchCreateRequest) -> Result<KeyRange, String> {
+        let key = req.key.clone();
+        if req.prefix {
+            if !req.range_end.is_empty() {
+                return Err("give prefix or range_end, not both".into());
+            }
+            return Ok(KeyRange::Prefix(key));
+        }
+        if req.range_end.is_empty() {
+            if key.is_empty() {
+                return Err("the key is empty (set prefix to watch every key)".into());
+            }
+            return Ok(KeyRange::Key(key));
+        }
+        if &req.range_end[..] == b"\0" {
+            return Ok(KeyRange::Range(key, None));
+        }
+        if req.range_end <= key {
+            return Err("range_end must be greater than key".into());
+        }
+        Ok(KeyRange::Range(key, Some(req.range_end.clone())))
+    }
+
+    fn matches(&self, key: &[u8]) -> bool {
+        match self {
+            KeyRange::Key(k) => key == &k[..],
+            KeyRange::Prefix(p) => key.starts_with(p),
+            KeyRange::Range(start, end) => {
+                key >= &start[..] && end.as_ref().is_none_or(|e| key < &e[..])
+            }
+        }
+    }
+}
+
+/// One watch of a stream.
+struct Watcher {
+    range: KeyRange,
+    no_put: bool,
+    no_delete: bool,
+    prev_kv: bool,
+    progress_notify: bool,
+    /// The next revision to look at: every event before it was sent (or filtered out).
+    cursor: Revision,
+    /// While the initial state is being sent: its revision R, and the flag that stops the
+    /// scan if the watch is canceled.
+    initial: Option<(Revision, Arc<AtomicBool>)>,
+    /// Something was sent since the last progress tick.
+    sent_since_tick: bool,
+}
+
+impl Watcher {
+    fn wants(&self, e: &Event) -> bool {
+        match e.kind {
+            EventKind::Put => !self.no_put && self.range.matches(&e.key),
+            EventKind::Delete(_) => !self.no_delete && self.range.matches(&e.key),
+            EventKind::Flush => !self.no_delete,
+        }
+    }
+}
+
+/// A chunk of a watch's initial state (None: the scan is done).
+type InitialChunk = (i64, Option<Vec<pb::KeyValue>>);
+
+struct StreamTask {
+    b: Arc<Backend>,
+    requests: Streaming<pb::WatchRequest>,
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    published: tokio::sync::watch::Receiver<Revision>,
+    initial_tx: mpsc::Sender<InitialChunk>,
+    initial_rx: mpsc::Receiver<InitialChunk>,
+    watches: BTreeMap<i64, Watcher>,
+    /// The next server-chosen watch id.
+    next_id: i64,
+    /// Round-robin position: the watch id served last.
+    turn: i64,
+}
+
+fn response(watch_id: i64, revision: Revision) -> pb::WatchResponse {
+    pb::WatchResponse {
+        header: Some(pb::ResponseHeader { revision }),
+        watch_id,
+        ..Default::default()
+    }
+}
+
+fn canceled(watch_id: i64, revision: Revision, reason: String) -> pb::WatchResponse {
+    pb::WatchResponse {
+        canceled: true,
+        cancel_reason: reason,
+        ..response(watch_id, revision)
+    }
+}
+
+/// The wire form of an event.
+fn event_pb(e: &Event, prev_kv: bool) -> pb::Event {
+    let state_kv = |s: &hub::ItemState| pb::KeyValue {
+        key: e.key.clone(),
+        value: s.value.clone(),
+        flags: s.flags,
+        expires_at: s.exptime,
+        cas: s.cas,
+        mod_revision: s.mod_revision,
+        stale: s.stale,
+    };
+    use pb::event::{DeleteReason as R, EventType as T};
+    let (kind, reason) = match e.kind {
+        EventKind::Put => (T::Put, R::None),
+        EventKind::Delete(DeleteReason::Client) => (T::Delete, R::Client),
+        EventKind::Delete(DeleteReason::Expired) => (T::Delete, R::Expired),
+        EventKind::Delete(DeleteReason::Evicted) => (T::Delete, R::Evicted),
+        EventKind::Flush => (T::Flush, R::Flushed),
+    };
+    let kv = match (&e.kind, &e.item) {
+        (EventKind::Put, Some(item)) => Some(state_kv(item)),
+        (EventKind::Flush, _) => None,
+        _ => Some(pb::KeyValue {
+            key: e.key.clone(),
+            mod_revision: e.revision,
+            ..Default::default()
+        }),
+    };
+    pb::Event {
+        r#type: kind as i32,
+        kv,
+        prev_kv: if prev_kv {
+            e.prev.as_ref().map(state_kv)
+        } else {
+            None
+        },
+        reason: reason as i32,
+        revision: e.revision,
+    }
+}
+
+impl StreamTask {
+    async fn run(mut self) {
+        let stats = Arc::clone(&self.b.stats);
+        stats.watch_streams.fetch_add(1, Ordering::Relaxed);
+        let mut tick = tokio::time::interval(self.b.config.progress_notify_interval);
+        tick.tick().await;
+        loop {
+            let published = *self.published.borrow_and_update();
+            let work = self.has_event_work(published);
+            let initial_active = self.watches.values().any(|w| w.initial.is_some());
+            let go_on = tokio::select! {
+                req = self.requests.message() => self.handle(req).await,
+                chunk = self.initial_rx.recv(), if initial_active => match chunk {
+                    Some(c) => self.send_initial(c).await,
+                    None => true,
+                },
+                permit = self.tx.clone().reserve_owned(), if work => match permit {
+                    Ok(p) => {
+                        self.step(p, published);
+                        true
+                    }
+                    Err(_) => false,
+                },
+                changed = self.published.changed(), if !work => changed.is_ok(),
+                _ = tick.tick() => self.progress_tick(published).await,
+            };
+            if !go_on {
+                break;
+            }
+        }
+        for w in self.watches.values() {
+            if let Some((_, stop)) = &w.initial {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        stats
+            .watches
+            .fetch_sub(self.watches.len() as u64, Ordering::Relaxed);
+        stats.watch_streams.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn has_event_work(&self, published: Revision) -> bool {
+        self.watches
+            .values()
+            .any(|w| w.initial.is_none() && w.cursor <= published)
+    }
+
+    /// Sends a response, counting it; false if the client is gone.
+    async fn send(&self, r: pb::WatchResponse) -> bool {
+        self.b
+            .stats
+            .watch_responses_sent
+            .fetch_add(1, Ordering::Relaxed);
+        self.tx.send(Ok(r)).await.is_ok()
+    }
+
+    /// Handles one client message; false ends the stream.
+    async fn handle(&mut self, msg: Result<Option<pb::WatchRequest>, Status>) -> bool {
+        let req = match msg {
+            Ok(Some(r)) => r,
+            // The client closed its side, or the transport failed: the stream ends.
+            Ok(None) => return false,
+            Err(status) => {
+                let _ = self.tx.send(Err(crate::request_error(status))).await;
+                return false;
+            }
+        };
+        let published = self.b.hub.published();
+        match req.request_union {
+            None => {
+                let _ = self
+                    .tx
+                    .send(Err(Status::invalid_argument(
+                        "a WatchRequest must hold create_request, cancel_request or progress_request",
+                    )))
+                    .await;
+                false
+            }
+            Some(RequestUnion::CreateRequest(c)) => self.create(c, published).await,
+            Some(RequestUnion::CancelRequest(c)) => {
+                let id = c.watch_id;
+                let r = match self.watches.remove(&id) {
+                    Some(w) => {
+                        if let Some((_, stop)) = &w.initial {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                        self.b.stats.watches.fetch_sub(1, Ordering::Relaxed);
+                        canceled(id, published, "canceled by the client".into())
+                    }
+                    None => canceled(id, published, format!("unknown watch id {id}")),
+                };
+                self.send(r).await
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                let revision = self.bookmark(published);
+                self.send(pb::WatchResponse {
+                    progress_notify: true,
+                    ..response(-1, revision)
+                })
+                .await
+            }
+        }
+    }
+
+    /// The revision every watch of the stream has sent everything up to.
+    fn bookmark(&self, published: Revision) -> Revision {
+        self.watches
+            .values()
+            .map(|w| w.cursor - 1)
+            .min()
+            .unwrap_or(published)
+            .min(published)
+    }
+
+    async fn create(&mut self, c: pb::WatchCreateRequest, published: Revision) -> bool {
+        let id = match c.watch_id {
+            0 => {
+                while self.watches.contains_key(&self.next_id) {
+                    self.next_id += 1;
+                }
+                self.next_id
+            }
+            id if id < 0 => {
+                return self
+                    .send(canceled(
+                        id,
+                        published,
+                        "watch_id must be > 0 (or 0 for one chosen by the server)".into(),
+                    ))
+                    .await
+            }
+            id if self.watches.contains_key(&id) => {
+                return self
+                    .send(canceled(
+                        id,
+                        published,
+                        format!("watch id {id} is in use on this stream"),
+                    ))
+                    .await
+            }
+            id => id,
+        };
+        let range = match KeyRange::of(&c) {
+            Ok(r) => r,
+            Err(why) => return self.send(canceled(id, published, why)).await,
+        };
+        let mut w = Watcher {
+            range,
+            no_put: false,
+            no_delete: false,
+            prev_kv: c.prev_kv,
+            progress_notify: c.progress_notify,
+            cursor: published + 1,
+            initial: None,
+            sent_since_tick: false,
+        };
+        for f in &c.filters {
+            match FilterType::try_from(*f) {
+                Ok(FilterType::Noput) => w.no_put = true,
+                Ok(FilterType::Nodelete) => w.no_delete = true,
+                Err(_) => {
+                    return self
+                        .send(canceled(id, published, format!("unknown filter {f}")))
+                        .await
+                }
+            }
+        }
+        let mut created = pb::WatchResponse {
+            created: true,
+            ..response(id, published)
+        };
+        if c.initial_state {
+            let stop = Arc::new(AtomicBool::new(false));
+            w.initial = Some((published, Arc::clone(&stop)));
+            let (store, range, tx) = (
+                Arc::clone(&self.b.store),
+                w.range.clone(),
+                self.initial_tx.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                scan_initial(&store, &range, published, id, &tx, &stop)
+            });
+        } else if c.start_revision != 0 {
+            let newest = hub::newest_assigned(&self.b.hub, self.b.persist.as_deref());
+            if c.start_revision > newest + 1 {
+                return self
+                    .send(canceled(
+                        id,
+                        published,
+                        format!(
+                            "start_revision {} is in the future: the newest revision is {newest}",
+                            c.start_revision
+                        ),
+                    ))
+                    .await;
+            }
+            w.cursor = c.start_revision;
+            let first = self.b.hub.first_in_memory();
+            // Without a log (or for prev_kv) the ring is all the history there is; with one,
+            // the first read tells whether the log still holds the cursor.
+            if w.cursor < first && (self.b.persist.is_none() || w.prev_kv) {
+                self.b.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
+                created.canceled = true;
+                created.compact_revision = first;
+                created.cancel_reason = format!(
+                    "start_revision {} is older than the history kept (from {first})",
+                    c.start_revision
+                );
+                return self.send(created).await;
+            }
+        }
+        self.watches.insert(id, w);
+        self.b.stats.watches.fetch_add(1, Ordering::Relaxed);
+        self.send(created).await
+    }
+
+    /// Forwards one chunk of a watch's initial state (or its end).
+    async fn send_initial(&mut self, (id, chunk): InitialChunk) -> bool {
+        let Some(w) = self.watches.get_mut(&id) else {
+            return true; // canceled meanwhile
+        };
+        let Some((r, _)) = w.initial else {
+            return true;
+        };
+        w.sent_since_tick = true;
+        let resp = match chunk {
+            Some(items) => {
+                self.b
+                    .stats
+                    .watch_initial_items_sent
+                    .fetch_add(items.len() as u64, Ordering::Relaxed);
+                pb::WatchResponse {
+                    initial_items: items,
+                    ..response(id, r)
+                }
+            }
+            None => {
+                w.initial = None;
+                w.cursor = r + 1;
+                pb::WatchResponse {
+                    initial_state_done: true,
+                    ..response(id, r)
+                }
+            }
+        };
+        self.send(resp).await
+    }
+
+    /// Sends one response of events for the next watch with work (round robin), or only moves
+    /// its cursor when nothing in what it read matched.
+    fn step(
+        &mut self,
+        permit: mpsc::OwnedPermit<Result<pb::WatchResponse, Status>>,
+        published: Revision,
+    ) {
+        let next = self
+            .watches
+            .range(self.turn + 1..)
+            .chain(self.watches.range(..=self.turn))
+            .find(|(_, w)| w.initial.is_none() && w.cursor <= published)
+            .map(|(&id, _)| id);
+        let Some(id) = next else { return };
+        self.turn = id;
+        let w = self.watches.get_mut(&id).expect("found above");
+        let read = match self.b.hub.read(w.cursor, published, MAX_EVENTS_PER_STEP) {
+            Ok(r) => Ok(r),
+            Err(ReadError::Compacted(first_in_memory)) => {
+                read_log(&self.b, w, first_in_memory, published)
+            }
+        };
+        let (read, mut cursor) = match read {
+            Ok(r) => r,
+            Err((compact_revision, why)) => {
+                self.b.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
+                let reason = format!("{why}: re-sync with initial_state");
+                let r = pb::WatchResponse {
+                    compact_revision,
+                    ..canceled(id, w.cursor - 1, reason)
+                };
+                self.watches.remove(&id);
+                self.b.stats.watches.fetch_sub(1, Ordering::Relaxed);
+                self.b
+                    .stats
+                    .watch_responses_sent
+                    .fetch_add(1, Ordering::Relaxed);
+                permit.send(Ok(r));
+                return;
+            }
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for e in &read {
+            if !w.wants(e) {
+                continue;
+            }
+            if out.len() == MAX_EVENTS_PER_RESPONSE || bytes > MAX_BYTES_PER_RESPONSE {
+                cursor = e.revision;
+                break;
+            }
+            bytes += e.size_bytes();
+            out.push(event_pb(e, w.prev_kv));
+        }
+        w.cursor = cursor;
+        if out.is_empty() {
+            return;
+        }
+        w.sent_since_tick = true;
+        let stats = &self.b.stats;
+        stats
+            .watch_events_sent
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        stats.watch_responses_sent.fetch_add(1, Ordering::Relaxed);
+        permit.send(Ok(pb::WatchResponse {
+            events: out,
+            ..response(id, cursor - 1)
+        }));
+    }
+
+    /// The periodic progress notification of idle, caught-up watches that asked for it.
+    async fn progress_tick(&mut self, published: Revision) -> bool {
+        let mut due = Vec::new();
+        for (&id, w) in self.watches.iter_mut() {
+            let idle = !std::mem::replace(&mut w.sent_since_tick, false);
+            if w.progress_notify && idle && w.initial.is_none() && w.cursor > published {
+                due.push((id, w.cursor - 1));
+            }
+        }
+        for (id, revision) in due {
+            let r = pb::WatchResponse {
+                progress_notify: true,
+                ..response(id, revision)
+            };
+            if !self.send(r).await {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Reads the events of a watch behind the in-memory history from the command log, up to
+/// where the ring starts. Err: (the oldest revision still available, why) when the log does
+/// not hold the cursor either, there is no log, or the watch wants previous items, which only
+/// the ring keeps.
+#[allow(clippy::type_complexity)]
+fn read_log(
+    b: &Backend,
+    w: &Watcher,
+    first_in_memory: Revision,
+    published: Revision,
+) -> Result<(Vec<Arc<Event>>, Revision), (Revision, String)> {
+    let gone = |first: Revision| {
+        format!(
+            "the history no longer holds revision {} (it starts at {first})",
+            w.cursor
+        )
+    };
+    let Some(p) = &b.persist else {
+        return Err((first_in_memory, gone(first_in_memory)));
+    };
+    if w.prev_kv {
+        return Err((
+            first_in_memory,
+            format!(
+                "revision {} is older than the in-memory history (from {first_in_memory}), and                  only that keeps previous items (prev_kv)",
+                w.cursor
+            ),
+        ));
+    }
+    let upto = published.min(first_in_memory - 1);
+    let mut events = Vec::new();
+    // Blocking file reads: this worker hands its other tasks to the rest meanwhile.
+    let r = tokio::task::block_in_place(|| {
+        p.read_history(
+            w.cursor,
+            upto,
+            MAX_EVENTS_PER_STEP,
+            MAX_LOG_BYTES_PER_STEP,
+            |lsn, rec| {
+                if let Some(e) = Event::from_record(&rec, lsn) {
+                    events.push(Arc::new(e));
+                }
+            },
+        )
+    });
+    match r {
+        Ok(next) => {
+            b.stats
+                .watch_events_from_log
+                .fetch_add(events.len() as u64, Ordering::Relaxed);
+            Ok((events, next))
+        }
+        Err(cairn_persist::HistoryError::Compacted { first }) => Err((first, gone(first))),
+        Err(e) => {
+            tracing::error!("watch: reading the command log failed: {e}");
+            Err((
+                first_in_memory,
+                format!("reading the command log failed: {e}"),
+            ))
+        }
+    }
+}
+
+/// Scans the store for a watch's initial state at revision `r` and sends it in chunks, then
+/// the end mark. Runs on a blocking thread; stops early when `stop` is set.
+fn scan_initial(
+    store: &cairn_store::Store,
+    range: &KeyRange,
+    r: Revision,
+    id: i64,
+    tx: &mpsc::Sender<InitialChunk>,
+    stop: &AtomicBool,
+) {
+    let now = now_unix();
+    let mut chunk: Vec<pb::KeyValue> = Vec::new();
+    let mut chunk_bytes = 0usize;
+    for shard in 0..store.shard_count() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        // One buffer per shard for every key and value it contributes; items slice it.
+        let mut arena = Vec::new();
+        let mut found = Vec::new();
+        store.visit_shard(shard, now, |key, value, meta| {
+            if meta.mod_revision <= r && range.matches(key) {
+                let at = arena.len();
+                arena.extend_from_slice(key);
+                arena.extend_from_slice(value);
+                found.push((at, key.len(), value.len(), *meta));
+            }
+        });
+        let arena = Bytes::from(arena);
+        for (at, klen, vlen, meta) in found {
+            let key = arena.slice(at..at + klen);
+            let value = arena.slice(at + klen..at + klen + vlen);
+            chunk_bytes += klen + vlen + 48;
+            chunk.push(crate::kv::key_value(key, value, &meta));
+            if chunk.len() >= MAX_ITEMS_PER_CHUNK || chunk_bytes >= MAX_BYTES_PER_RESPONSE {
+                if tx
+                    .blocking_send((id, Some(std::mem::take(&mut chunk))))
+                    .is_err()
+                {
+                    return;
+                }
+                chunk_bytes = 0;
+            }
+        }
+    }
+    if !chunk.is_empty() && tx.blocking_send((id, Some(chunk))).is_err() {
+        return;
+    }
+    let _ = tx.blocking_send((id, None));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(key: &[u8], range_end: &[u8], prefix: bool) -> pb::WatchCreateRequest {
+        pb::WatchCreateRequest {
+            key: Bytes::copy_from_slice(key),
+            range_end: Bytes::copy_from_slice(range_end),
+            prefix,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn key_ranges() {
+        let r = KeyRange::of(&create(b"a", b"", false)).unwrap();
+        assert!(r.matches(b"a") && !r.matches(b"ab"));
+        let r = KeyRange::of(&create(b"ab", b"", true)).unwrap();
+        assert!(r.matches(b"ab") && r.matches(b"abc") && !r.matches(b"a"));
+        let r = KeyRange::of(&create(b"", b"", true)).unwrap();
+        assert!(r.matches(b"anything"));
+        let r = KeyRange::of(&create(b"b", b"d", false)).unwrap();
+        assert!(r.matches(b"b") && r.matches(b"c\xff") && !r.matches(b"d") && !r.matches(b"a"));
+        let r = KeyRange::of(&create(b"b", b"\0", false)).unwrap();
+        assert!(r.matches(b"zzz") && !r.matches(b"a"));
+        assert!(KeyRange::of(&create(b"", b"", false)).is_err());
+        assert!(KeyRange::of(&create(b"d", b"b", false)).is_err());
+        assert!(KeyRange::of(&create(b"d", b"e", true)).is_err());
+    }
+}
