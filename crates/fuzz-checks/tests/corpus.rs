@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cairn_fuzz_checks::{Target, TARGETS};
-use cairn_store::{ItemMeta, Mutation};
+use cairn_store::{DeleteReason, ItemMeta, Mutation};
 use cairn_testkit::Rng;
 
 /// How long the random run of one target lasts at most, and how many inputs it tries at most.
@@ -69,6 +69,12 @@ fn record_seeds() -> Vec<(&'static str, Vec<u8>)> {
         fetched: false,
         stale,
         win_sent: false,
+        mod_revision: 0,
+    };
+    let gone = |reason| Mutation::Deleted {
+        key: b"gone",
+        reason,
+        prev: None,
     };
     let mutations = [
         (
@@ -77,6 +83,7 @@ fn record_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 key: b"key",
                 value: b"value",
                 meta: meta(0, false),
+                prev: None,
             },
         ),
         (
@@ -85,9 +92,12 @@ fn record_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 key: b"k",
                 value: b"",
                 meta: meta(1_800_000_000, true),
+                prev: None,
             },
         ),
-        ("deleted", Mutation::Deleted { key: b"gone" }),
+        ("deleted", gone(DeleteReason::Client)),
+        ("expired", gone(DeleteReason::Expired)),
+        ("evicted", gone(DeleteReason::Evicted)),
         ("flushed", Mutation::Flushed),
         (
             "flush_scheduled",
