@@ -189,6 +189,18 @@ pub struct Config {
     /// How often an idle watch that asked for progress_notify gets a progress response (ms).
     #[arg(long)]
     pub watch_progress_notify_ms: u64,
+    /// ZooKeeper ensemble to register with, in ARCUS's layout: `host:port[,host:port...]`,
+    /// optionally ending in a `/chroot` (ARCUS memcached `-z`). Needs service_code.
+    #[arg(short = 'z', long)]
+    pub zookeeper: Option<String>,
+    /// The service this node serves (ARCUS's service code): it registers as the ephemeral
+    /// `/arcus/cache_list/<service_code>/<ip:port>-<hostname>`.
+    #[arg(long)]
+    pub service_code: Option<String>,
+    /// ZooKeeper session timeout in ms: how long a node that died stays listed (ZooKeeper
+    /// clamps it to 2 to 20 of its ticks).
+    #[arg(long)]
+    pub zookeeper_session_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -239,6 +251,9 @@ impl Default for Config {
             grpc_max_message_bytes: 0,
             watch_history_mb: 64,
             watch_progress_notify_ms: 10_000,
+            zookeeper: None,
+            service_code: None,
+            zookeeper_session_timeout_ms: 30_000,
         }
     }
 }
@@ -604,6 +619,19 @@ impl Config {
         }
         if self.flash_write_queue == 0 || self.flash_write_queue > 1024 {
             return invalid("flash_write_queue", "must be between 1 and 1024");
+        }
+        match (&self.zookeeper, &self.service_code) {
+            (Some(_), None) => {
+                return invalid("service_code", "must be given with zookeeper (-z)");
+            }
+            (None, Some(_)) => return invalid("zookeeper", "must be given with service_code"),
+            _ => {}
+        }
+        if !(100..=300_000).contains(&self.zookeeper_session_timeout_ms) {
+            return invalid(
+                "zookeeper_session_timeout_ms",
+                "must be between 100 and 300000",
+            );
         }
         Ok(())
     }

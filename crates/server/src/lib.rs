@@ -14,6 +14,7 @@
 //! channel tells the accept loop and every connection to stop after the requests in hand.
 
 pub mod access;
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod connection;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use cairn_server::config::{Config, ConfigError};
-use cairn_server::{metrics, server, Ctx};
+use cairn_server::{cluster, metrics, server, Ctx};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::{reload, EnvFilter};
 
@@ -117,6 +117,16 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         // Tests wait for this line (printed before the one below) to know where gRPC is.
         println!("cairn grpc listening on {addr}");
     }
+    // Recovery is done and the socket bound: now the node may be listed in ZooKeeper. A
+    // failure to register refuses the start.
+    let membership = match cluster::membership_config(&ctx.config, local) {
+        Some(m) => Some(
+            cairn_cluster::Membership::join(m)
+                .await
+                .map_err(|e| format!("refusing to start: {e}"))?,
+        ),
+        None => None,
+    };
     // Tests and scripts wait for this line to know the server is ready and where.
     // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
     let signal = server::shutdown_signal(Arc::clone(&ctx));
@@ -124,6 +134,10 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     tokio::spawn(async move {
         signal.await;
         tracing::info!("stopping");
+        // Unlisted first, so that clients move away before connections are drained.
+        if let Some(m) = membership {
+            m.leave().await;
+        }
         let _ = tx.send(true);
     });
     server::run(Arc::clone(&ctx), listener, rx).await;

@@ -1,0 +1,52 @@
+//! cairn-cluster: cairn beyond one machine.
+//!
+//! ```text
+//!   cairn ──membership──> ZooKeeper (ARCUS's layout, see membership.rs)
+//!     /arcus/cache_server_mapping/<ip:port>/<service code>     persistent: which service a
+//!                                                               node serves
+//!     /arcus/cache_list/<service code>/<ip:port>-<hostname>     ephemeral: "this node is up",
+//!                                                               data "<memory limit>MB"
+//! ```
+//!
+//! ARCUS clients (and anything else that reads `cache_list`) hash keys over the live nodes of
+//! a service; a node's znode lives exactly as long as its ZooKeeper session, so a node that
+//! dies leaves the list once its session times out, and one that stops gracefully removes it
+//! at once.
+//!
+//! Non-goals: this crate holds no data and speaks no cache protocol; it talks to ZooKeeper
+//! through the `zookeeper-client` crate (no protocol of our own).
+
+pub mod membership;
+
+pub use membership::{Membership, MembershipConfig, MembershipStatus};
+
+/// Why a cluster operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// ZooKeeper refused or failed an operation (`what` names it, with the path).
+    #[error("ZooKeeper: {what}: {source}")]
+    ZooKeeper {
+        what: String,
+        source: zookeeper_client::Error,
+    },
+    /// The node's `cache_server_mapping` entry names another service than the one configured.
+    #[error(
+        "{path} maps this node to service {found:?}, not {wanted:?}: fix the mapping or \
+         --service-code"
+    )]
+    MappedElsewhere {
+        path: String,
+        found: String,
+        wanted: String,
+    },
+    /// A setting that cannot work (an empty service code, one with '/' ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ClusterError {
+    pub(crate) fn zk(what: impl Into<String>) -> impl FnOnce(zookeeper_client::Error) -> Self {
+        let what = what.into();
+        move |source| ClusterError::ZooKeeper { what, source }
+    }
+}
