@@ -8,7 +8,11 @@ use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = ["cairn/v1/kv.proto", "cairn/v1/watch.proto"];
+    let files = [
+        "cairn/v1/kv.proto",
+        "cairn/v1/watch.proto",
+        "cairn/v1/replication.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
     }

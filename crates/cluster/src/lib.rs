@@ -8,6 +8,11 @@
 //!                                                               data "<memory limit>MB"
 //! ```
 //!
+//! Replication (replication.rs, replica.rs): a replica follows its primary over the gRPC
+//! watch (initial state, then every event from a revision on) and reports how far it holds
+//! them durable on the Replication stream; the primary's sync mode acknowledges a write only
+//! once a replica holds it durable.
+//!
 //! ARCUS clients (and anything else that reads `cache_list`) hash keys over the live nodes of
 //! a service; a node's znode lives exactly as long as its ZooKeeper session, so a node that
 //! dies leaves the list once its session times out, and one that stops gracefully removes it
@@ -17,8 +22,12 @@
 //! through the `zookeeper-client` crate (no protocol of our own).
 
 pub mod membership;
+pub mod replica;
+pub mod replication;
 
 pub use membership::{Membership, MembershipConfig, MembershipStatus};
+pub use replica::FollowerConfig;
+pub use replication::{Replication, ReplicationMode, Role};
 
 /// Why a cluster operation failed.
 #[derive(Debug, thiserror::Error)]

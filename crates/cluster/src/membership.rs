@@ -30,6 +30,9 @@ use zookeeper_client as zk;
 
 use crate::ClusterError;
 
+/// How long the first registration keeps trying to reach ZooKeeper at least.
+const JOIN_PATIENCE: Duration = Duration::from_secs(10);
+
 /// What a node registers, and where.
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
@@ -111,13 +114,25 @@ pub struct Membership {
 
 impl Membership {
     /// Connects and registers: the node is listed once this returns Ok. An error (ZooKeeper
-    /// unreachable within the session timeout, a mapping to another service) should refuse
-    /// the start.
+    /// unreachable for the session timeout and at least 10 s, a mapping to another service)
+    /// should refuse the start.
     pub async fn join(config: MembershipConfig) -> Result<Membership, ClusterError> {
         config.validate()?;
         let config = Arc::new(config);
         let status = Arc::new(MembershipStatus::default());
-        let client = connect(&config, &status).await?;
+        // A busy machine or a ZooKeeper just started (its first requests are slow) may miss
+        // a short session timeout: keep trying for 10 s at least.
+        let deadline = tokio::time::Instant::now() + config.session_timeout.max(JOIN_PATIENCE);
+        let client = loop {
+            match connect(&config, &status).await {
+                Ok(c) => break c,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::warn!("{e}; trying again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         register(&client, &config).await?;
         status.registered.store(true, Ordering::SeqCst);
         tracing::info!(

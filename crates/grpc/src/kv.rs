@@ -187,7 +187,7 @@ impl KvService {
     /// is safe in the mode in force.
     async fn write<T>(&self, f: impl FnOnce() -> Result<T, Status>) -> Result<T, Status> {
         if let Some(p) = &self.b.persist {
-            if let Some(why) = p.write_refusal() {
+            if let Some(why) = p.client_write_refusal() {
                 return Err(Status::unavailable(format!("writes refused: {why}")));
             }
             p.room().await;

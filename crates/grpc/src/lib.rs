@@ -20,6 +20,7 @@
 
 pub mod hub;
 mod kv;
+pub mod replication;
 pub mod stats;
 mod watch;
 
@@ -35,6 +36,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use hub::Hub;
+pub use replication::ReplicaAcks;
 pub use stats::GrpcStats;
 
 /// The generated messages and services of `cairn.v1`.
@@ -69,6 +71,9 @@ pub struct Backend {
     pub hub: Arc<Hub>,
     pub stats: Arc<GrpcStats>,
     pub config: GrpcConfig,
+    /// What the primary does with its replicas' reports (crates/cluster); None: replication
+    /// is off and the Replication service refuses followers.
+    pub replica_acks: Option<Arc<dyn ReplicaAcks>>,
 }
 
 /// The wall clock in unix seconds (the store's time base).
@@ -150,6 +155,9 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
     let watch = pb::watch_server::WatchServer::new(watch::WatchService::new(Arc::clone(&backend)))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+    let replication = pb::replication_server::ReplicationServer::new(
+        replication::ReplicationService::new(Arc::clone(&backend)),
+    );
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<pb::kv_server::KvServer<kv::KvService>>()
@@ -186,6 +194,7 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
         .add_service(reflection)
         .add_service(reflection_alpha)
         .add_service(kv)
-        .add_service(watch);
+        .add_service(watch)
+        .add_service(replication);
     Ok(Prepared { router })
 }

@@ -38,6 +38,8 @@
 //! revision a watcher was shown up to that mark is never handed out again after a crash of
 //! the kind the mode protects against.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
 use cairn_wal::{Listener, Lsn, Marks, WalError};
@@ -78,6 +80,22 @@ impl Ticket {
             lsn: self.lsn.max(other.lsn),
         }
     }
+}
+
+/// A second condition on acknowledgements, set by the cluster layer (crates/cluster): on a
+/// primary with sync replication, a write is acknowledged only once a replica holds it
+/// durable too; on a replica, client writes are refused. Both front ends go through it, since
+/// both call [`Persistence::acknowledged`] and [`Persistence::client_write_refusal`].
+pub trait ReplicationGate: Send + Sync {
+    /// Why client writes are refused now (this node is a replica), if they are.
+    fn refusal(&self) -> Option<String>;
+    /// What an acknowledgement of `lsn`, already safe locally, still waits for: None when
+    /// nothing (the cheap path), else a future that says whether it may be acknowledged.
+    #[allow(clippy::type_complexity)]
+    fn reached(
+        &self,
+        lsn: Lsn,
+    ) -> Option<Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>>;
 }
 
 /// Takes the ticket of the mutations made on this thread since it was last taken. Call it
@@ -128,7 +146,30 @@ impl Persistence {
             Mode::Sync => self.log.durable(lsn).await,
             _ => self.log.written(lsn).await,
         }
-        .map_err(PersistError::from)
+        .map_err(PersistError::from)?;
+        match self.replication.get().and_then(|g| g.reached(lsn)) {
+            Some(wait) => wait.await.map_err(PersistError::Replication),
+            None => Ok(()),
+        }
+    }
+
+    /// Installs the replication gate (once; later calls are ignored).
+    pub fn set_replication_gate(&self, gate: std::sync::Arc<dyn ReplicationGate>) {
+        let _ = self.replication.set(gate);
+    }
+
+    /// Why a client's write is refused now: the log failed ([`Self::write_refusal`]), or
+    /// this node is a replica. What both front ends check before a write.
+    pub fn client_write_refusal(&self) -> Option<String> {
+        if let Some(e) = self.write_refusal() {
+            return Some(e.to_string());
+        }
+        self.replication.get().and_then(|g| g.refusal())
+    }
+
+    /// The log's id (random, kept across restarts): revisions compare within one log only.
+    pub fn log_id(&self) -> u64 {
+        self.log.log_id()
     }
 
     /// Resolves once everything `ticket` covers is durable, whatever the mode (a fence: in

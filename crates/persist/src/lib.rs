@@ -47,7 +47,7 @@ use cairn_store::{Mutation, Store};
 use cairn_wal::{Durability, FileSystem, Log, Lsn, WalError};
 use parking_lot::Mutex;
 
-pub use durability::{capture, take_ticket, Ticket};
+pub use durability::{capture, take_ticket, ReplicationGate, Ticket};
 pub use open::Unrecoverable;
 pub use sink::LogObserver;
 
@@ -115,6 +115,10 @@ pub enum PersistError {
     Unrecoverable(#[from] Unrecoverable),
     #[error("a checkpoint is already running")]
     Busy,
+    /// Safe locally, but the replication gate did not let it be acknowledged (sync
+    /// replication: no replica holds it durable in time).
+    #[error("replication: {0}")]
+    Replication(String),
 }
 
 impl PersistError {
@@ -235,6 +239,9 @@ pub struct Persistence {
     /// ARCUS trigger settings, changeable at run time.
     pct_snapshot: AtomicU64,
     min_logsize_mb: AtomicU64,
+    /// The cluster layer's condition on acknowledgements and refusal of client writes (see
+    /// [`ReplicationGate`]); unset without replication.
+    replication: std::sync::OnceLock<Arc<dyn ReplicationGate>>,
 }
 
 /// Threads that load the snapshot and replay the log at recovery: one per core.

@@ -119,6 +119,7 @@ impl Persistence {
             history: parking_lot::RwLock::new(()),
             log_bytes_recovered,
             log_bytes_at_checkpoint: AtomicU64::new(0),
+            replication: std::sync::OnceLock::new(),
         };
         p.watch_log_failure();
         Ok(p)

@@ -201,6 +201,18 @@ pub struct Config {
     /// clamps it to 2 to 20 of its ticks).
     #[arg(long)]
     pub zookeeper_session_timeout_ms: u64,
+    /// Follow this primary as a replica: its gRPC address `host:port` (its --grpc-listen).
+    /// A replica serves reads and refuses writes.
+    #[arg(long)]
+    pub replica_of: Option<String>,
+    /// When a primary acknowledges a write: async (once safe here, replicas catch up) or sync
+    /// (also once a replica holds it durable).
+    #[arg(long)]
+    pub replication: String,
+    /// Sync replication: how long a write waits for a replica before it is answered with an
+    /// error instead of an acknowledgement (ms).
+    #[arg(long)]
+    pub replication_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -254,6 +266,9 @@ impl Default for Config {
             zookeeper: None,
             service_code: None,
             zookeeper_session_timeout_ms: 30_000,
+            replica_of: None,
+            replication: "async".to_string(),
+            replication_timeout_ms: 5_000,
         }
     }
 }
@@ -626,6 +641,22 @@ impl Config {
             }
             (None, Some(_)) => return invalid("zookeeper", "must be given with service_code"),
             _ => {}
+        }
+        if !matches!(self.replication.as_str(), "async" | "sync") {
+            return invalid("replication", "must be async or sync");
+        }
+        let replicated = self.replica_of.is_some() || self.replication == "sync";
+        if replicated && self.mode() == cairn_persist::Mode::Off {
+            return invalid(
+                "replication",
+                "needs persistence (a replica acknowledges only what it holds durable)",
+            );
+        }
+        if replicated && self.grpc_listen == "off" {
+            return invalid("replication", "needs the gRPC API (grpc_listen) on");
+        }
+        if self.replication_timeout_ms == 0 || self.replication_timeout_ms > 3_600_000 {
+            return invalid("replication_timeout_ms", "must be between 1 and 3600000");
         }
         if !(100..=300_000).contains(&self.zookeeper_session_timeout_ms) {
             return invalid(

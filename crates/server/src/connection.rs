@@ -127,12 +127,21 @@ const NOT_SAFE: &[u8] =
 async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
     if !c.unacked.is_empty() {
         let safe = match &ctx.persist {
-            Some(p) => p.acknowledged(c.unacked).await.is_ok(),
-            None => true,
+            Some(p) => p.acknowledged(c.unacked).await,
+            None => Ok(()),
         };
-        if !safe {
+        if let Err(e) = safe {
             c.output.clear();
-            c.output.extend_from_slice(NOT_SAFE);
+            match e {
+                // Safe here, but sync replication found no replica holding it in time.
+                cairn_persist::PersistError::Replication(why) => {
+                    c.output.extend_from_slice(b"SERVER_ERROR replication: ");
+                    c.output
+                        .extend_from_slice(why.replace(['\r', '\n'], " ").as_bytes());
+                    c.output.extend_from_slice(b"\r\n");
+                }
+                _ => c.output.extend_from_slice(NOT_SAFE),
+            }
             let _ = c.stream.write_all(&c.output).await;
             let _ = c.stream.flush().await;
             return Err(Stop::Closed);

@@ -32,6 +32,10 @@ pub async fn prepare(
             max_keys_per_request: c.max_keys_per_get.min(10_000),
             progress_notify_interval: Duration::from_millis(c.watch_progress_notify_ms),
         },
+        replica_acks: ctx
+            .replication
+            .clone()
+            .map(|r| r as Arc<dyn cairn_grpc::ReplicaAcks>),
     });
     cairn_grpc::prepare(backend).await
 }

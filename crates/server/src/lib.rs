@@ -81,6 +81,9 @@ pub struct Ctx {
     clock_ahead_secs: AtomicU32,
     /// The watch hub (every mutation with its revision), when the gRPC API is on.
     pub hub: Option<Arc<cairn_grpc::Hub>>,
+    /// Replication (crates/cluster): this node's role and its replicas; None without
+    /// persistence (a replica must hold what it acknowledges durable).
+    pub replication: Option<Arc<cairn_cluster::Replication>>,
     /// gRPC counters and latencies.
     pub grpc_stats: Arc<cairn_grpc::GrpcStats>,
 }
@@ -216,6 +219,7 @@ impl Ctx {
         if let Some(f) = &flash {
             f.start(&store);
         }
+        let replication = persist.as_ref().map(|p| cluster::replication(&config, p));
         let limits = cairn_proto::Limits {
             max_value_len: config.item_size_max,
             max_keys_per_get: config.max_keys_per_get,
@@ -239,6 +243,7 @@ impl Ctx {
             shutdown: tokio::sync::Notify::new(),
             hub,
             grpc_stats: Arc::new(cairn_grpc::GrpcStats::default()),
+            replication,
             config,
         }))
     }
@@ -283,9 +288,10 @@ impl Ctx {
         self.persist.as_ref().map_or(Mode::Off, |p| p.mode())
     }
 
-    /// Why writes are refused right now (the log failed), if they are.
-    pub fn write_refusal(&self) -> Option<cairn_wal::WalError> {
-        self.persist.as_ref().and_then(|p| p.write_refusal())
+    /// Why client writes are refused right now (the log failed, or this node is a replica),
+    /// if they are.
+    pub fn write_refusal(&self) -> Option<String> {
+        self.persist.as_ref().and_then(|p| p.client_write_refusal())
     }
 }
 

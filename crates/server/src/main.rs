@@ -131,6 +131,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
     let signal = server::shutdown_signal(Arc::clone(&ctx));
     println!("cairn listening on {local}");
+    cluster::start_follower(&ctx, local, rx.clone());
     tokio::spawn(async move {
         signal.await;
         tracing::info!("stopping");

@@ -149,7 +149,10 @@ fn zookeeper_restarts_and_the_node_registers_again() {
     }
     let mut zk = ZooKeeper::start();
     let address = zk.address();
-    let server = Server::start(&member_args(&address, "outage"));
+    // A session that outlives a quick restart of ZooKeeper on a busy machine.
+    let mut args = member_args(&address, "outage");
+    args.extend(["--zookeeper-session-timeout-ms", "4000"]);
+    let server = Server::start(&args);
     let path = znode("outage", server.addr);
     assert!(Inspector::connect(&address).data(&path).is_some());
 
@@ -425,4 +428,193 @@ fn nutcracker_passes_the_classic_commands_and_not_the_meta_ones() {
         b"EN\r\n",
         "ms b never arrived"
     );
+}
+
+// ---- replicas by log shipping ------------------------------------------------------------
+
+/// `stats <group>` as a map.
+fn stats(c: &mut Conn, group: &str) -> BTreeMap<String, String> {
+    c.send(format!("stats {group}\r\n").as_bytes());
+    let text = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn stat_u64(c: &mut Conn, group: &str, name: &str) -> u64 {
+    stats(c, group)
+        .get(name)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `replica` has applied everything `primary` has published.
+fn caught_up(primary: &Server, replica: &Server) {
+    let (mut p, mut r) = (primary.connect(), replica.connect());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let want = stat_u64(&mut p, "replication", "revision");
+        let got = stat_u64(&mut r, "replication", "applied_revision");
+        if got >= want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica stuck at {got}, primary at {want}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every key's value, flags and CAS unique as `mg` and `me` show them, and apart its expiry
+/// (`me`'s exp=, seconds left: two reads may straddle a second).
+fn item_view(c: &mut Conn, key: &str) -> (String, i64) {
+    let got = c.exchange(format!("mg {key} v f c\r\nme {key}\r\n").as_bytes());
+    let text = String::from_utf8(got).unwrap();
+    let mut exp = 0;
+    // `me`'s la= (last access) and fetch= are this node's own.
+    let view = text
+        .split(' ')
+        .filter(|w| match w.strip_prefix("exp=") {
+            Some(n) => {
+                exp = n.parse().unwrap();
+                false
+            }
+            None => !w.starts_with("la=") && !w.starts_with("fetch="),
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    (view, exp)
+}
+
+fn assert_same_items(primary: &Server, replica: &Server, keys: &[String]) {
+    let (mut p, mut r) = (primary.connect(), replica.connect());
+    for k in keys {
+        let (theirs, their_exp) = item_view(&mut p, k);
+        let (ours, our_exp) = item_view(&mut r, k);
+        assert_eq!(ours, theirs, "{k}");
+        assert!(
+            (our_exp - their_exp).abs() <= 1,
+            "{k}: exp={our_exp}, primary's {their_exp}"
+        );
+    }
+}
+
+fn replica_args(primary: &Server) -> String {
+    primary
+        .grpc_addr
+        .expect("the primary's gRPC address")
+        .to_string()
+}
+
+#[test]
+fn a_replica_catches_up_from_empty_and_from_behind_and_refuses_writes() {
+    let primary = Server::start(&[]);
+    let mut p = primary.connect();
+    let keys: Vec<String> = (0..300).map(|i| format!("r:{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let exptime = if i % 7 == 0 { 3600 } else { 0 };
+        p.send(format!("set {k} {i} {exptime} {}\r\n{k}\r\n", k.len()).as_bytes());
+        assert_eq!(p.read_until(b"\r\n"), b"STORED\r\n");
+    }
+    for k in keys.iter().step_by(5) {
+        assert_eq!(
+            p.exchange(format!("delete {k}\r\n").as_bytes()),
+            b"DELETED\r\n"
+        );
+    }
+    assert_eq!(p.exchange(b"incr r:0 1\r\n"), b"NOT_FOUND\r\n");
+    assert_eq!(
+        p.exchange(b"set n 0 0 2\r\n41\r\nincr n 1\r\n"),
+        b"STORED\r\n42\r\n"
+    );
+
+    // From empty: a full copy, then the live stream.
+    let dir = tempfile::tempdir().unwrap();
+    let target = replica_args(&primary);
+    let args = ["--replica-of", target.as_str()];
+    let replica = Server::start_in(dir.path(), &args);
+    caught_up(&primary, &replica);
+    let mut all = keys.clone();
+    all.push("n".into());
+    assert_same_items(&primary, &replica, &all);
+    let mut r = replica.connect();
+    assert_eq!(stat_u64(&mut r, "replication", "full_syncs"), 1);
+    let refused = String::from_utf8(r.exchange(b"set w 0 0 1\r\nx\r\n")).unwrap();
+    assert!(
+        refused.starts_with("SERVER_ERROR writes refused: this node is a replica of"),
+        "{refused}"
+    );
+    assert_eq!(r.exchange(b"mg w v\r\n"), b"EN\r\n");
+    assert_eq!(p.exchange(b"append n 0 0 1\r\n!\r\n"), b"STORED\r\n");
+    caught_up(&primary, &replica);
+    assert_same_items(&primary, &replica, &["n".to_string()]);
+
+    // From behind: the replica dies, the primary moves on, the replica resumes from its last
+    // applied revision (not a second full copy).
+    replica.kill9();
+    for k in keys.iter().step_by(3) {
+        p.send(format!("set {k} 9 0 3\r\nnew\r\n").as_bytes());
+        assert_eq!(p.read_until(b"\r\n"), b"STORED\r\n");
+    }
+    for k in keys.iter().skip(1).step_by(4) {
+        p.send(format!("delete {k}\r\n").as_bytes());
+        let _ = p.read_until(b"\r\n");
+    }
+    let replica = Server::start_in(dir.path(), &args);
+    caught_up(&primary, &replica);
+    assert_same_items(&primary, &replica, &all);
+    let mut r = replica.connect();
+    let s = stats(&mut r, "replication");
+    assert_eq!(
+        (s["resumes"].as_str(), s["full_syncs"].as_str()),
+        ("1", "0"),
+        "{s:?}"
+    );
+    assert_eq!(s["lag_revisions"], "0");
+    let mut p = primary.connect();
+    let s = stats(&mut p, "replication");
+    assert_eq!(
+        (s["role"].as_str(), s["replicas"].as_str()),
+        ("primary", "1"),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn sync_replication_acknowledges_only_what_a_replica_holds() {
+    let primary = Server::start(&["--replication", "sync", "--replication-timeout-ms", "300"]);
+    let mut p = primary.connect();
+    // No replica: the write is not acknowledged.
+    p.send(b"set alone 0 0 1\r\nx\r\n");
+    let reply = String::from_utf8(p.read_to_close()).unwrap();
+    assert!(
+        reply.starts_with("SERVER_ERROR replication: no replica"),
+        "{reply:?}"
+    );
+
+    let target = replica_args(&primary);
+    let replica = Server::start(&["--replica-of", target.as_str()]);
+    let mut r = replica.connect();
+    let mut p = primary.connect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stat_u64(&mut r, "replication", "applied_revision") == 0
+        || stats(&mut p, "replication")["replicas"] != "1"
+    {
+        assert!(Instant::now() < deadline, "the replica never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Each STORED means the replica holds the write: it reads it at once.
+    for i in 0..50 {
+        p.send(format!("set s:{i} {i} 0 1\r\nv\r\n").as_bytes());
+        assert_eq!(p.read_until(b"\r\n"), b"STORED\r\n", "write {i}");
+        assert_eq!(
+            r.exchange(format!("mg s:{i} v f\r\n").as_bytes()),
+            format!("VA 1 f{i}\r\nv\r\n").as_bytes(),
+            "write {i} acknowledged but not on the replica"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 //! stats, stats settings, stats items, stats slabs, stats sizes, stats conns,
-//! stats persistence, stats reset.
+//! stats persistence, stats replication, stats reset.
 //!
 //! The general and persistence blocks come from the one list in `crate::stats`, which the
 //! Prometheus endpoint reads too.
@@ -111,6 +111,11 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
         Some("sizes") => sizes(ctx, out),
         Some("conns") => ctx.conns.write_stats(ctx.now(), out),
         Some("persistence") => lines(out, &crate::stats::persistence(ctx)),
+        Some("replication") => {
+            for (name, value) in crate::cluster::stats(ctx) {
+                stat(out, name, &value);
+            }
+        }
         Some("extstore") => {
             let mut r = crate::stats::Readings::default();
             crate::flash::readings(ctx, &mut r);
