@@ -20,7 +20,9 @@ fn start_cairn(args: &[&str]) -> Option<(Child, u16, tempfile::TempDir)> {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(cairn)
-        .args(["-p", "0", "--persistence", "off", "--data-dir"])
+        // No gRPC: its default port is fixed, and the tests run side by side.
+        .args(["-p", "0", "--persistence", "off", "--grpc-listen", "off"])
+        .arg("--data-dir")
         .arg(dir.path())
         .args(args)
         .stdout(Stdio::piped())
