@@ -64,6 +64,52 @@ pub fn ratios(summary: &[(Row, f64, f64)]) -> Vec<Ratio> {
     out
 }
 
+/// Issue 17's three bars per scenario, for every cairn target against memcached: ops/s
+/// ratio (>= 1 wanted), server CPU per op ratio (<= 0.8 wanted), and p99 (cairn's <=
+/// memcached's wanted). Empty when memcached was not measured.
+pub fn against_memcached_table(summary: &[(Row, f64, f64)]) -> String {
+    let find = |scenario: &str, target: &str| {
+        summary
+            .iter()
+            .map(|(r, _, _)| r)
+            .find(|r| r.scenario == scenario && r.target == target)
+    };
+    let mut lines = Vec::new();
+    for (r, _, _) in summary {
+        if !r.target.starts_with("cairn ") {
+            continue;
+        }
+        let Some(m) = find(&r.scenario, "memcached") else {
+            continue;
+        };
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        lines.push(format!(
+            "| {} | {} | {:.2} | {:.2} / {:.2} = {:.2} | {:.3} / {:.3} |\n",
+            r.scenario,
+            r.target,
+            ratio(r.ops_per_sec, m.ops_per_sec),
+            r.server_cpu_us_per_op,
+            m.server_cpu_us_per_op,
+            ratio(r.server_cpu_us_per_op, m.server_cpu_us_per_op),
+            r.p99_ms,
+            m.p99_ms,
+        ));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "### against memcached\n\nMedians over repeats. Server CPU per op is the server \
+         process's user + system time over the phase divided by its successful ops.\n\n\
+         | scenario | target | ops/s ratio | server CPU us/op (target / memcached = ratio) | \
+         p99 ms (target / memcached) |\n|---|---|---|---|---|\n",
+    );
+    for l in lines {
+        s.push_str(&l);
+    }
+    s
+}
+
 /// The "ratios" markdown table: one row per scenario, one column per (target, baseline).
 /// Empty when nothing could be compared.
 pub fn ratio_table(ratios: &[Ratio]) -> String {
@@ -260,6 +306,7 @@ mod tests {
             errors: 0,
             error_rate: 0.0,
             server_cpu_secs: 0.0,
+            server_cpu_us_per_op: 0.0,
             load_generator_cpu_secs: 0.0,
             secs: 0.0,
             rss_after_insert_mib: 0.0,

@@ -45,6 +45,13 @@ pub struct SuiteArgs {
     /// The cairn binary to start.
     #[arg(long, default_value = "target/release/cairn")]
     pub cairn_bin: PathBuf,
+    /// Another cairn build to measure beside it, as LABEL=PATH (repeatable): each of
+    /// `--cairn-modes` also runs on it, named `cairn MODE [LABEL]` (A/B of a change).
+    #[arg(long, value_parser = parse_alt)]
+    pub cairn_alt: Vec<(String, PathBuf)>,
+    /// Requests in flight per connection (memtier's --pipeline).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
     /// cairn modes to measure (comma separated: off, async, sync; empty for none).
     #[arg(long, default_value = "off,async,sync")]
     pub cairn_modes: String,
@@ -80,10 +87,21 @@ pub struct SuiteArgs {
     pub flash_dir: Option<PathBuf>,
 }
 
+fn parse_alt(s: &str) -> Result<(String, PathBuf), String> {
+    let (label, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--cairn-alt {s:?}: expected LABEL=PATH"))?;
+    Ok((label.to_string(), PathBuf::from(path)))
+}
+
 /// A server to measure.
 #[derive(Clone, Debug)]
 pub enum Target {
-    Cairn(String),
+    /// cairn in a persistence mode, from `--cairn-bin` or a labelled `--cairn-alt` build.
+    Cairn {
+        mode: String,
+        alt: Option<(String, PathBuf)>,
+    },
     Memcached,
     Redis(String),
     External {
@@ -96,7 +114,11 @@ pub enum Target {
 impl Target {
     pub fn name(&self) -> String {
         match self {
-            Target::Cairn(m) => format!("cairn {m}"),
+            Target::Cairn { mode, alt: None } => format!("cairn {mode}"),
+            Target::Cairn {
+                mode,
+                alt: Some((label, _)),
+            } => format!("cairn {mode} [{label}]"),
             Target::Memcached => "memcached".into(),
             Target::Redis(m) => format!("redis {m}"),
             Target::External { host, port, .. } => format!("{host}:{port}"),
@@ -199,7 +221,9 @@ fn start(t: &Target, args: &SuiteArgs) -> Result<Running, String> {
                 dir: None,
             });
         }
-        Target::Cairn(mode) => spawn_cairn(args, mode, port, dir.path())?,
+        Target::Cairn { mode, alt } => {
+            spawn_cairn(args, cairn_bin(args, alt), mode, port, dir.path())?
+        }
         Target::Memcached => Command::new("memcached")
             .args([
                 "-l",
@@ -258,12 +282,13 @@ fn start(t: &Target, args: &SuiteArgs) -> Result<Running, String> {
 /// The same arguments every time, so a restart finds the same data directory and port.
 fn spawn_cairn(
     args: &SuiteArgs,
+    bin: &std::path::Path,
     mode: &str,
     port: u16,
     dir: &std::path::Path,
 ) -> Result<Child, String> {
     let mem_mb = mem_mb(args);
-    let mut child = Command::new(&args.cairn_bin)
+    let mut child = Command::new(bin)
         .args([
             "-p",
             &port.to_string(),
@@ -284,7 +309,7 @@ fn spawn_cairn(
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("{}: {e}", args.cairn_bin.display()))?;
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
     let out = child.stdout.take().ok_or("no stdout")?;
     let ready = BufReader::new(out)
         .lines()
@@ -295,6 +320,12 @@ fn spawn_cairn(
         return Err(format!("cairn exited before it was ready ({status})"));
     }
     Ok(child)
+}
+
+/// The binary of a cairn target.
+fn cairn_bin<'a>(args: &'a SuiteArgs, alt: &'a Option<(String, PathBuf)>) -> &'a std::path::Path {
+    alt.as_ref()
+        .map_or(args.cairn_bin.as_path(), |(_, p)| p.as_path())
 }
 
 /// `stats GROUP` over the memcached text protocol, as (name, value) pairs.
@@ -336,7 +367,7 @@ fn kill_and_recover(
     args: &SuiteArgs,
     repeat: usize,
 ) -> Result<Recovery, String> {
-    let Target::Cairn(mode) = t else {
+    let Target::Cairn { mode, alt } = t else {
         return Err(format!("{}: only cairn is restarted", t.name()));
     };
     let mut child = server.child.take().ok_or("no server process to kill")?;
@@ -344,7 +375,13 @@ fn kill_and_recover(
     child.wait().map_err(|e| e.to_string())?;
     let dir = server.dir.as_ref().ok_or("no data directory")?.path();
     let spawned = Instant::now();
-    server.child = Some(spawn_cairn(args, mode, server.port, dir)?);
+    server.child = Some(spawn_cairn(
+        args,
+        cairn_bin(args, alt),
+        mode,
+        server.port,
+        dir,
+    )?);
     let restart_to_ready_ms = spawned.elapsed().as_secs_f64() * 1000.0;
     wait_ready(server.port, t.protocol())?;
     let stats = memcache_stats(&server.host, server.port, "persistence")?;
@@ -398,6 +435,8 @@ pub struct Row {
     /// `errors` over all replies.
     pub error_rate: f64,
     pub server_cpu_secs: f64,
+    /// Server CPU (user + system, from procfs) per successful op, in microseconds.
+    pub server_cpu_us_per_op: f64,
     pub load_generator_cpu_secs: f64,
     pub secs: f64,
     pub rss_after_insert_mib: f64,
@@ -489,7 +528,7 @@ fn measure(
             ratio,
             requests: insert.then(|| args.keys.div_ceil(clients)),
             test_time: (!insert).then(|| Duration::from_secs(args.phase_secs)),
-            pipeline: 1,
+            pipeline: args.pipeline,
             seed: 1 + repeat as u64,
             distinct_client_seed: true,
             rate: None,
@@ -500,7 +539,7 @@ fn measure(
         let t0 = Instant::now();
         let ckpt = (checkpoint
             && args.checkpoint_mid_phase
-            && matches!(t, Target::Cairn(m) if m != "off"))
+            && matches!(t, Target::Cairn { mode, .. } if mode != "off"))
         .then(|| {
             checkpoint_later(
                 server.host.clone(),
@@ -532,6 +571,7 @@ fn measure(
             errors: r.errors(),
             error_rate: r.error_rate(),
             server_cpu_secs: cpu,
+            server_cpu_us_per_op: cpu * 1e6 / r.ops().max(1) as f64,
             load_generator_cpu_secs: r.cpu_secs,
             secs: r.secs,
             rss_after_insert_mib: rss_after_insert as f64 / (1 << 20) as f64,
@@ -549,7 +589,7 @@ fn measure(
         }
         rows.push(row);
     }
-    let recovery = (args.recovery && matches!(t, Target::Cairn(m) if m != "off"))
+    let recovery = (args.recovery && matches!(t, Target::Cairn { mode, .. } if mode != "off"))
         .then(|| kill_and_recover(&mut server, t, args, repeat))
         .transpose()
         .map_err(|e| format!("{}: restart after kill -9: {e}", t.name()))?;
@@ -578,7 +618,19 @@ fn targets(args: &SuiteArgs) -> Result<Vec<Target>, String> {
         if !["off", "async", "sync"].contains(&m.as_str()) {
             return Err(format!("cairn mode {m:?}: use off, async or sync"));
         }
-        v.push(Target::Cairn(m));
+        v.push(Target::Cairn {
+            mode: m.clone(),
+            alt: None,
+        });
+        for (label, path) in &args.cairn_alt {
+            if !path.exists() {
+                return Err(format!("--cairn-alt {label}: {} not found", path.display()));
+            }
+            v.push(Target::Cairn {
+                mode: m.clone(),
+                alt: Some((label.clone(), path.clone())),
+            });
+        }
     }
     if !args.no_memcached {
         if installed("memcached") {
@@ -660,6 +712,7 @@ pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
         row.p99_ms = pick(|r| r.p99_ms);
         row.p999_ms = pick(|r| r.p999_ms);
         row.server_cpu_secs = pick(|r| r.server_cpu_secs);
+        row.server_cpu_us_per_op = pick(|r| r.server_cpu_us_per_op);
         row.load_generator_cpu_secs = pick(|r| r.load_generator_cpu_secs);
         row.rss_after_insert_mib = pick(|r| r.rss_after_insert_mib);
         row.bytes_per_item = pick(|r| r.bytes_per_item);
@@ -671,8 +724,8 @@ pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
 /// The markdown table.
 pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
     let mut s = String::new();
-    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | load gen CPU s | RSS after insert MiB | bytes/item | errors |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | server CPU us/op | load gen CPU s | RSS after insert MiB | bytes/item | errors |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut scenarios: Vec<&str> = Vec::new();
     for (r, _, _) in summary {
         if !scenarios.contains(&r.scenario.as_str()) {
@@ -687,9 +740,9 @@ pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
                 "-".into()
             };
             s.push_str(&format!(
-                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.0} | {:.0} | {} |\n",
+                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {} |\n",
                 r.scenario, r.target, r.ops_per_sec, spread, r.avg_ms, r.p50_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms,
-                r.server_cpu_secs, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item, r.errors
+                r.server_cpu_secs, r.server_cpu_us_per_op, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item, r.errors
             ));
         }
     }
@@ -726,6 +779,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     let mut md = table(&summary, args.repeat.max(1));
     for extra in [
         report::ratio_table(&ratios),
+        report::against_memcached_table(&summary),
         report::dip_table(&rows),
         report::recovery_table(&recoveries),
     ] {
@@ -739,6 +793,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     let json = serde_json::json!({
         "keys": args.keys, "phase_secs": args.phase_secs, "threads": args.threads,
         "clients": args.clients, "data_size": args.data_size, "repeat": args.repeat,
+        "pipeline": args.pipeline,
         "rows": rows, "ratios": ratios, "recovery": recoveries,
     });
     std::fs::write(
