@@ -162,7 +162,10 @@ pub fn readings(ctx: &Ctx, r: &mut Readings) {
     float(
         "flash_false_positive_reads_per_miss",
         "Flash reads that did not hold the key, per get miss.",
-        ratio(read(&c.miss_from_extstore), read(&ctx.counters.get_misses)),
+        ratio(
+            read(&c.miss_from_extstore),
+            ctx.counters.sum(|c| &c.get_misses) as f64,
+        ),
     );
     float(
         "flash_write_amplification",

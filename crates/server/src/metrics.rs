@@ -107,16 +107,17 @@ struct Buckets {
 
 /// Command latency by family: the time from a parsed request to its reply in the output
 /// buffer (the wait for the log in SYNC mode is `cairn_log_dsync_write_seconds`'s, or
-/// `cairn_log_write_seconds` + `cairn_fdatasync_seconds` without O_DIRECT).
+/// `cairn_log_write_seconds` + `cairn_fdatasync_seconds` without O_DIRECT). Kept per thread
+/// and added up at a scrape, as the counters are (`crate::stats::PerThread`).
 #[derive(Default)]
 pub struct Latency {
-    families: [Buckets; Family::ALL.len()],
+    threads: crate::stats::PerThread<[Buckets; Family::ALL.len()]>,
 }
 
 impl Latency {
     /// Records one command.
     pub fn observe(&self, family: Family, took: Duration) {
-        let b = &self.families[family as usize];
+        let b = &self.threads.mine()[family as usize];
         let s = took.as_secs_f64();
         let i = LATENCY_BOUNDS_S
             .iter()
@@ -124,6 +125,20 @@ impl Latency {
             .unwrap_or(LATENCY_BOUNDS_S.len());
         b.counts[i].fetch_add(1, Relaxed);
         b.sum_ns.fetch_add(took.as_nanos() as u64, Relaxed);
+    }
+
+    /// A family's count per bucket (not cumulative) and sum of nanoseconds, over all threads.
+    fn read(&self, family: Family) -> ([u64; LATENCY_BOUNDS_S.len() + 1], u64) {
+        let mut counts = [0u64; LATENCY_BOUNDS_S.len() + 1];
+        let mut sum_ns = 0u64;
+        for t in self.threads.all() {
+            let b = &t[family as usize];
+            for (total, c) in counts.iter_mut().zip(&b.counts) {
+                *total += c.load(Relaxed);
+            }
+            sum_ns = sum_ns.wrapping_add(b.sum_ns.load(Relaxed));
+        }
+        (counts, sum_ns)
     }
 }
 
@@ -189,8 +204,7 @@ impl prometheus_client::collector::Collector for CtxCollector {
             MetricType::Histogram,
         )?;
         for family in Family::ALL {
-            let b = &ctx.latency.families[family as usize];
-            let counts: Vec<u64> = b.counts.iter().map(|c| c.load(Relaxed)).collect();
+            let (counts, sum_ns) = ctx.latency.read(family);
             let total = counts.iter().sum();
             let buckets: Vec<(f64, u64)> = LATENCY_BOUNDS_S
                 .iter()
@@ -198,7 +212,7 @@ impl prometheus_client::collector::Collector for CtxCollector {
                 .chain([f64::MAX])
                 .zip(counts.iter().copied())
                 .collect();
-            let sum = b.sum_ns.load(Relaxed) as f64 / 1e9;
+            let sum = sum_ns as f64 / 1e9;
             let labels = [("command", family.label())];
             m.encode_family(&labels)?
                 .encode_histogram::<NoLabelSet>(sum, total, &buckets, None)?;
@@ -333,10 +347,15 @@ mod tests {
         l.observe(Family::Get, Duration::from_micros(10));
         l.observe(Family::Get, Duration::from_micros(11));
         l.observe(Family::Get, Duration::from_secs(10));
-        let b = &l.families[Family::Get as usize];
-        assert_eq!(b.counts[0].load(Relaxed), 1);
-        assert_eq!(b.counts[1].load(Relaxed), 1);
-        assert_eq!(b.counts[LATENCY_BOUNDS_S.len()].load(Relaxed), 1);
-        assert_eq!(l.families[Family::Set as usize].counts[0].load(Relaxed), 0);
+        // Another thread's observation is added in when read.
+        std::thread::scope(|s| {
+            s.spawn(|| l.observe(Family::Get, Duration::from_micros(5)));
+        });
+        let (counts, sum_ns) = l.read(Family::Get);
+        assert_eq!(counts[0], 2);
+        assert_eq!(counts[1], 1);
+        assert_eq!(counts[LATENCY_BOUNDS_S.len()], 1);
+        assert_eq!(sum_ns, 10_000_026_000);
+        assert_eq!(l.read(Family::Set).0[0], 0);
     }
 }

@@ -17,9 +17,12 @@
 //! persist crate); each needs a row in [`PERSISTENCE`] with its kind and description, which a
 //! test checks.
 //!
-//! Counters are plain relaxed atomics: each is independent and readers only need a recent value.
+//! Counters are kept per thread ([`PerThread`]) and added up when read: a request bumps several
+//! of them, and one shared atomic per counter would bounce its cache line between the cores on
+//! every request. Each cell is a relaxed atomic (a thread may share its cell with another one
+//! when there are more threads than cells); readers only need a recent value.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::Ctx;
 
@@ -660,24 +663,55 @@ pub fn process_figures() -> ProcessFigures {
 
 macro_rules! counters {
     ($( $field:ident : $doc:literal ),* $(,)?) => {
-        /// Counters bumped by connections and commands, reset by `stats reset`.
+        /// One thread's counts of the counters bumped by connections and commands.
         #[derive(Default)]
-        pub struct Counters {
+        pub struct ThreadCounts {
             $( #[doc = $doc] pub $field: AtomicU64, )*
         }
 
         /// (name, description, reader) of every counter, in `stats` order.
         pub const COUNTERS: &[(&str, &str, fn(&Counters) -> u64)] = &[
-            $( (stringify!($field), $doc, |c: &Counters| c.$field.load(Relaxed)), )*
+            $( (stringify!($field), $doc, |c: &Counters| c.sum(|t| &t.$field)), )*
         ];
 
         impl Counters {
-            /// `stats reset`.
+            /// `stats reset` (an addition racing with it may survive, as in memcached).
             pub fn reset(&self) {
-                $( self.$field.store(0, Relaxed); )*
+                for t in self.threads.all() {
+                    $( t.$field.store(0, Relaxed); )*
+                }
             }
         }
     };
+}
+
+/// Counters bumped by connections and commands, reset by `stats reset`: one block of counts
+/// per thread, so that a request's bumps stay in its own thread's cache lines.
+///
+/// `bump(&ctx.counters.cmd_get)` bumps this thread's count (`Counters` dereferences to the
+/// calling thread's [`ThreadCounts`]); read a total with [`Counters::sum`] or [`COUNTERS`],
+/// never through that dereference, which sees one thread's share.
+#[derive(Default)]
+pub struct Counters {
+    threads: PerThread<ThreadCounts>,
+}
+
+impl Counters {
+    /// A counter's total over every thread.
+    pub fn sum(&self, field: impl Fn(&ThreadCounts) -> &AtomicU64) -> u64 {
+        self.threads
+            .all()
+            .fold(0u64, |sum, t| sum.wrapping_add(field(t).load(Relaxed)))
+    }
+}
+
+impl std::ops::Deref for Counters {
+    type Target = ThreadCounts;
+
+    /// The calling thread's counts, to bump.
+    fn deref(&self) -> &ThreadCounts {
+        self.threads.mine()
+    }
 }
 
 counters! {
@@ -723,9 +757,84 @@ pub fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Relaxed);
 }
 
+/// Cells of a [`PerThread`] value: more than the threads that serve requests on the machines
+/// cairn runs on; past that, threads share cells (still correct, only slower).
+pub const CELLS: usize = 16;
+
+/// One value per thread (up to [`CELLS`], then shared), each on its own cache lines, so that
+/// threads updating "their" value never write to a line another core holds.
+pub struct PerThread<T> {
+    cells: [Padded<T>; CELLS],
+}
+
+/// Two cache lines (the spatial prefetcher pulls lines in pairs).
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+impl<T: Default> Default for PerThread<T> {
+    fn default() -> Self {
+        PerThread {
+            cells: std::array::from_fn(|_| Padded::default()),
+        }
+    }
+}
+
+impl<T> PerThread<T> {
+    /// This thread's cell.
+    pub fn mine(&self) -> &T {
+        &self.cells[cell_index()].0
+    }
+
+    /// Every cell, to add them up.
+    pub fn all(&self) -> impl Iterator<Item = &T> {
+        self.cells.iter().map(|c| &c.0)
+    }
+}
+
+/// This thread's cell number: threads take the next one when they first count something.
+fn cell_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static CELL: usize = NEXT.fetch_add(1, Relaxed) % CELLS;
+    }
+    CELL.with(|c| *c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts from many threads add up, and a reset clears every thread's cell.
+    #[test]
+    fn per_thread_counters_add_up() {
+        let c = std::sync::Arc::new(Counters::default());
+        let threads: Vec<_> = (0..CELLS + 3)
+            .map(|i| {
+                let c = std::sync::Arc::clone(&c);
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        bump(&c.cmd_get);
+                    }
+                    add(&c.bytes_read, i as u64);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = (CELLS + 3) as u64;
+        assert_eq!(c.sum(|t| &t.cmd_get), 1000 * n);
+        assert_eq!(c.sum(|t| &t.bytes_read), n * (n - 1) / 2);
+        let read = COUNTERS
+            .iter()
+            .find(|(name, _, _)| *name == "cmd_get")
+            .unwrap()
+            .2;
+        assert_eq!(read(&c), 1000 * n);
+        c.reset();
+        assert_eq!(c.sum(|t| &t.cmd_get), 0);
+    }
 
     /// Every figure of `stats persistence` has a row in [`PERSISTENCE`] (kind and description,
     /// hence a metric), and every row is still a figure.

@@ -139,7 +139,7 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             stat(
                 out,
                 "items:1:outofmemory",
-                ctx.counters.store_no_memory.load(Relaxed),
+                ctx.counters.sum(|c| &c.store_no_memory),
             );
         }
         Some("slabs") => slabs(ctx, out),
