@@ -334,6 +334,32 @@ impl Store {
         Lookup::Done(ReadOutcome::Hit(item))
     }
 
+    /// [`Store::get`] without copying the value out: `hit` sees the live item's metadata and
+    /// value under the shard lock (keep it short: encoding a reply is what it is for) and its
+    /// result is returned. Marks the item fetched as `get` does; an item on flash is a miss.
+    pub fn get_with<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        hit: impl FnOnce(&ItemMeta, &[u8]) -> R,
+    ) -> ReadOutcome<R> {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let Some(loc) = shard.find(hash, key) else {
+            return ReadOutcome::Miss;
+        };
+        let h = shard.header(loc);
+        if h.exptime != 0 && h.exptime <= now {
+            self.expire(&mut shard, hash, key, now);
+            return ReadOutcome::Expired;
+        }
+        let seg = shard.seg_mut(loc.slot);
+        let r = hit(&meta_of(&h, seg, loc.offset as usize), seg.value(&h));
+        seg.set_state(loc.offset as usize, h.state | FETCHED);
+        seg.set_access(&h, now);
+        ReadOutcome::Hit(r)
+    }
+
     /// The flash locations that may hold `key` (no RAM copy exists then); empty if none.
     pub fn flash_candidates(&self, key: &[u8]) -> Vec<FlashLoc> {
         let hash = self.hash(key);
@@ -761,10 +787,11 @@ fn state_of(m: &ItemMeta) -> u8 {
         | (if m.win_sent { WIN_SENT } else { 0 })
 }
 
-/// Result of [`Store::get`].
+/// Result of [`Store::get`] (a copy of the item), or of [`Store::get_with`] (what its
+/// closure returned).
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadOutcome {
-    Hit(Item),
+pub enum ReadOutcome<T = Item> {
+    Hit(T),
     Miss,
     /// The key existed but had expired (memcached counts these as `get_expired` and misses).
     Expired,

@@ -19,7 +19,14 @@ pub fn one(
     let c = &ctx.counters;
     bump(&c.cmd_get);
     let outcome = match exptime {
-        None => ctx.store.get(key, now),
+        None => {
+            // The reply is encoded under the shard lock, straight from the item's memory.
+            let outcome = ctx.store.get_with(key, now, |meta, value| {
+                let cas = kind.with_cas().then_some(meta.cas);
+                encode::value(out, key, meta.flags, value, cas);
+            });
+            return count(ctx, outcome);
+        }
         Some(exptime) => {
             bump(&c.cmd_touch);
             let new_exp = crate::absolute_exptime(exptime, now);
@@ -70,13 +77,23 @@ pub async fn one_async(
 
 /// Counts a lookup's outcome and appends its `VALUE` block if it is a hit.
 fn answer(ctx: &Ctx, kind: GetKind, key: &[u8], outcome: ReadOutcome, out: &mut Vec<u8>) {
-    let c = &ctx.counters;
-    match outcome {
+    let outcome = match outcome {
         ReadOutcome::Hit(item) => {
-            bump(&c.get_hits);
             let cas = kind.with_cas().then_some(item.meta.cas);
             encode::value(out, key, item.meta.flags, &item.value, cas);
+            ReadOutcome::Hit(())
         }
+        ReadOutcome::Miss => ReadOutcome::Miss,
+        ReadOutcome::Expired => ReadOutcome::Expired,
+    };
+    count(ctx, outcome);
+}
+
+/// Counts a lookup's outcome (its reply is already encoded).
+fn count(ctx: &Ctx, outcome: ReadOutcome<()>) {
+    let c = &ctx.counters;
+    match outcome {
+        ReadOutcome::Hit(()) => bump(&c.get_hits),
         ReadOutcome::Miss => bump(&c.get_misses),
         ReadOutcome::Expired => {
             bump(&c.get_misses);
