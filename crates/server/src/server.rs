@@ -1,17 +1,28 @@
-//! The accept loop, connection limit, background reclaim and graceful shutdown.
+//! The accept loop, the connection threads, connection limit, background reclaim and graceful
+//! shutdown.
 //!
 //! ```text
-//!   run(listener) ── accept ──> try_acquire(permit) ──ok──> spawn: access::handshake (TLS
-//!                                                          under -Z) ─> connection::serve
+//!   run(listener) ── accept ──> try_acquire(permit) ──ok──> Workers::spawn, round robin:
+//!      (the caller's runtime)         │                     worker thread i (its own
+//!                                     │                     single-threaded runtime):
+//!                                     │                     access::handshake (TLS under -Z)
+//!                                     │                     ─> connection::serve
 //!                                     └─ none left: "SERVER_ERROR Too many open connections",
 //!                                        close, count rejected_connections
 //!   accept error (EMFILE, ENFILE, ENOBUFS ...): count accept_errors, sleep 5 ms doubling up
 //!   to 1 s ([`AcceptBackoff`]); the pending connections wait in the backlog meanwhile
 //!   shutdown (SIGINT/SIGTERM): stop accepting ─> connections finish the batch in hand ─>
-//!   wait until every permit is back ─> return
+//!   wait until every permit is back ─> stop the worker threads ─> return
 //! ```
+//!
+//! Client connections run on `-t` worker threads, each a tokio current-thread runtime (as
+//! memcached's worker threads each run their own event loop): a connection stays on the
+//! thread it was given, its socket's readiness wakes that thread only, and no thread steals
+//! another's tasks or wakes an idle one to do so. The accept loop, background tasks (reclaim,
+//! checkpoints, the metrics endpoint, gRPC) run on the caller's runtime. Connections are dealt
+//! round robin, as memcached's dispatcher does, so each thread gets the same number of them.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +48,13 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         // A `flush_all <delay>` recovered from the log, still in the future.
         crate::cmd::flush::arm_timer(&ctx, at, ctx.now());
     }
+    let workers = match Workers::start(ctx.config.worker_threads()) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!("cannot start the connection threads: {e}");
+            return;
+        }
+    };
     let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
@@ -74,20 +92,89 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         tracing::debug!(%peer, "connection opened");
         let ctx = Arc::clone(&ctx);
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            if let Some(stream) = crate::access::handshake(&ctx, stream).await {
-                connection::serve(Arc::clone(&ctx), stream, shutdown).await;
-            }
+        let closed = move |ctx: &Ctx| {
             ctx.curr_connections.fetch_sub(1, Relaxed);
             tracing::debug!(%peer, "connection closed");
+        };
+        // The socket moves to the worker's runtime: deregistered here, registered there.
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%peer, "cannot hand the connection over: {e}");
+                closed(&ctx);
+                continue;
+            }
+        };
+        workers.spawn(async move {
+            match tokio::net::TcpStream::from_std(stream) {
+                Ok(stream) => {
+                    if let Some(stream) = crate::access::handshake(&ctx, stream).await {
+                        connection::serve(Arc::clone(&ctx), stream, shutdown).await;
+                    }
+                }
+                Err(e) => tracing::debug!(%peer, "cannot register the connection: {e}"),
+            }
+            closed(&ctx);
             drop(permit);
         });
     }
     drop(listener);
     tracing::info!("shutting down: waiting for open connections to finish");
     let _ = permits.acquire_many(max as u32).await;
+    workers.stop();
     let _ = reclaim.await;
     let _ = checkpoints.await;
+}
+
+/// The threads that serve client connections, each running a single-threaded tokio runtime
+/// until [`Workers::stop`] (see the module doc).
+struct Workers {
+    /// Where to spawn each thread's connections.
+    handles: Vec<tokio::runtime::Handle>,
+    /// The thread the next connection goes to (round robin).
+    next: AtomicUsize,
+    /// Told once every connection is done; each thread then leaves its runtime.
+    stop: watch::Sender<bool>,
+}
+
+impl Workers {
+    /// Starts `n` threads (at least one), each with its own runtime.
+    fn start(n: usize) -> std::io::Result<Workers> {
+        let (stop, stopped) = watch::channel(false);
+        let mut handles = Vec::new();
+        for i in 0..n.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            handles.push(runtime.handle().clone());
+            let mut stopped = stopped.clone();
+            std::thread::Builder::new()
+                .name(format!("cairn-worker-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        // Ends when told to, or when the sender is dropped (run returned).
+                        let _ = stopped.wait_for(|stop| *stop).await;
+                    });
+                })?;
+        }
+        Ok(Workers {
+            handles,
+            next: AtomicUsize::new(0),
+            stop,
+        })
+    }
+
+    /// Runs a connection's task on the next thread.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let i = self.next.fetch_add(1, Relaxed) % self.handles.len();
+        self.handles[i].spawn(task);
+    }
+
+    /// Lets every thread leave its runtime (call once no connection is left); tasks still
+    /// there (a pending `flush_all <delay>` timer) are dropped with it.
+    fn stop(self) {
+        let _ = self.stop.send(true);
+    }
 }
 
 /// Waits after a failed accept: 5 ms, doubling up to 1 s while accepts keep failing, so that a
