@@ -44,6 +44,12 @@ const READ_CHUNK: usize = 16 << 10;
 /// input bytes it lets them run first.
 const YIELD_AFTER_BYTES: usize = 256 << 10;
 
+/// Requests answered before the connection lets the others on its worker thread run (and the
+/// thread polls for sockets that became readable): memcached's `reqs_per_event` (`-R`, 20).
+/// A client pipelining hundreds of requests then delays another client on the same thread by
+/// 20 requests' work, not by its whole batch.
+const REQUESTS_PER_TURN: usize = 20;
+
 /// Per-connection state carried across batches.
 struct Conn {
     /// TCP, or TLS under `-Z`.
@@ -219,6 +225,7 @@ fn authenticate(ctx: &Ctx, c: &mut Conn, request: Request) {
 /// Answers every complete request in the input.
 async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
     let mut start = 0;
+    let mut this_turn = 0;
     // Clear whatever an earlier task on this thread left behind.
     take_ticket();
     let flow = loop {
@@ -321,6 +328,12 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
         }
         if c.output.len() >= ctx.config.output_buffer_max {
             flush(ctx, c).await?;
+        }
+        // Every request's writes are in `unacked` by now (no ticket is left on the thread).
+        this_turn += 1;
+        if this_turn == REQUESTS_PER_TURN {
+            this_turn = 0;
+            tokio::task::yield_now().await;
         }
     };
     c.input.drain(..start);
