@@ -300,6 +300,9 @@ fn spawn_cairn(
             mode,
             // The checkpoint dip phase sends `checkpoint`.
             "--enable-admin",
+            // No gRPC port: a fixed one would collide with any other cairn on the machine.
+            "--grpc-listen",
+            "off",
             // The gRPC API stays on (its hub is part of the default cost), on a free port.
             "--grpc-listen",
             "127.0.0.1:0",
