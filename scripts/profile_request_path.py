@@ -152,6 +152,7 @@ def profile(name, args):
 
 
 def record(name, args, port, pid):
+    name = name.split("=", 1)[0]
     os.makedirs(args.out_dir, exist_ok=True)
     data = os.path.join(args.out_dir, f"{name}.perf.data")
     load = subprocess.Popen(
