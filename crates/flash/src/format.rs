@@ -24,6 +24,8 @@
 //!   32  crc            4  CRC32C of bytes 0..32
 //!   data blocks: items back to back; an item never crosses a block boundary unless it is
 //!   larger than a block, and then it starts at one; after the last item of a block, zeros.
+//!   No two items of a block have the same tag (bits 0..28 of the key's hash): the writer
+//!   starts a new block instead, so an index entry (block, tag) names one item.
 //!
 //! item:
 //!    0  crc            4  CRC32C of bytes 4..len
@@ -37,8 +39,7 @@
 //! ```
 //!
 //! An item is found from its index entry (first block, block count) by reading those blocks
-//! and scanning the first one for the key: the last copy of the key in the block is the one
-//! the index points at (a later copy in the same block replaced the earlier one).
+//! and scanning the first one for the key (a block holds at most one copy of a key).
 
 use cairn_store::ItemMeta;
 

@@ -37,6 +37,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use cairn_store::flash::{tag_of, KeyAt};
 use cairn_store::{
     FlashFound, FlashLoc, FlashTier, Item, ItemMeta, Lookup, Promote, ReadOutcome, Reclaimed, Store,
 };
@@ -61,6 +62,10 @@ pub struct FlashConfig {
     pub io_uring: bool,
     /// Sealed segments that may wait for the writer; past it evicted items are dropped.
     pub write_queue: usize,
+    /// A test switch, not a setting: when the writer is behind, eviction waits for it (as
+    /// recovery does) instead of dropping items, so that tests on a loaded machine can
+    /// expect every item back. Production never waits for flash on the request path.
+    pub wait_for_writer: bool,
 }
 
 impl FlashConfig {
@@ -72,6 +77,7 @@ impl FlashConfig {
             direct_io: true,
             io_uring: true,
             write_queue: 4,
+            wait_for_writer: false,
         }
     }
 }
@@ -140,6 +146,9 @@ struct Open {
     block: u32,
     /// Bytes used in `block`.
     off: usize,
+    /// Tags of the items in `block`: no two items of a block share one (see
+    /// `cairn_store::flash`), so an entry's place names one item.
+    block_tags: Vec<u32>,
     items: u32,
 }
 
@@ -196,6 +205,7 @@ counters! {
     flash_segments_failed: "Flash segments dropped after an I/O error.",
     flash_pinned_stalls: "Times flash eviction waited because a checkpoint still named every old segment.",
     flash_promotions_allowed: "Promotions to RAM the bound allowed.",
+    flash_verify_reads: "Device reads under a shard lock to tell whose item a flash entry holds (a store or delete of a key sharing its hash tag, not read before).",
 }
 
 /// The tier.
@@ -220,6 +230,9 @@ pub struct Flash {
     trust_existing: bool,
     /// Recovery is loading the store: admits wait for the writer rather than drop.
     recovering: AtomicBool,
+    /// The writer thread is taking shard locks (flash eviction, dropping a failed segment):
+    /// admits do not wait for it then.
+    taking_shard_locks: AtomicBool,
     /// Why io_uring is not used, if it is not.
     pub uring_unavailable: Option<String>,
 }
@@ -363,6 +376,7 @@ impl Flash {
             stop: AtomicBool::new(false),
             trust_existing: old.is_some(),
             recovering: AtomicBool::new(false),
+            taking_shard_locks: AtomicBool::new(false),
             uring_unavailable: why,
             reader,
             device,
@@ -434,22 +448,31 @@ impl Flash {
             return None;
         }
         let mut inner = self.inner.lock();
-        // During recovery nothing is acknowledged-and-evictable: an item dropped now would be
-        // an acknowledged write lost. So a full queue or no free segment makes recovery wait
-        // for the writer, up to a bound (flash eviction may need this very shard lock).
-        let patience = Instant::now() + Duration::from_secs(5);
+        // During recovery nothing is acknowledged-and-evictable: an item dropped because the
+        // writer is slow would be an acknowledged write lost. So a full write queue makes
+        // recovery wait for the writer, up to a bound; so does the test switch
+        // `wait_for_writer`. Not while the writer takes shard locks (it may need this very
+        // one), and not for a free segment: none means the device is full and flash eviction,
+        // which takes shard locks, is behind (the item is evicted, as a full cache evicts).
+        let patience = Instant::now()
+            + if self.config.wait_for_writer {
+                Duration::from_secs(60)
+            } else {
+                Duration::from_secs(5)
+            };
+        let may_wait = || {
+            (self.recovering.load(Relaxed) || self.config.wait_for_writer)
+                && !self.taking_shard_locks.load(Relaxed)
+                && Instant::now() < patience
+        };
         let mut tries = 0;
         while tries < 2 {
             if inner.open.is_none() && !self.open_segment(&mut inner) {
-                if self.recovering.load(Relaxed) && Instant::now() < patience {
-                    self.written.wait_for(&mut inner, Duration::from_millis(50));
-                    continue;
-                }
                 break;
             }
             let o = inner.open.as_mut().expect("opened above");
             let (block, off) = if len <= BLOCK {
-                if o.off + len > BLOCK {
+                if o.off + len > BLOCK || o.block_tags.contains(&tag_of(hash)) {
                     (o.block + 1, 0)
                 } else {
                     (o.block, o.off)
@@ -461,7 +484,7 @@ impl Flash {
             };
             if block + nblocks > self.blocks_per_seg {
                 if !self.seal(&mut inner) {
-                    if self.recovering.load(Relaxed) && Instant::now() < patience {
+                    if may_wait() {
                         self.written.wait_for(&mut inner, Duration::from_millis(50));
                         continue;
                     }
@@ -472,9 +495,13 @@ impl Flash {
             }
             let at = block as usize * BLOCK + off;
             format::encode_item(&mut o.buf[at..at + len], key, value, meta);
+            if block != o.block {
+                o.block_tags.clear();
+            }
             if len <= BLOCK {
                 o.block = block;
                 o.off = off + len;
+                o.block_tags.push(tag_of(hash));
             } else {
                 o.block = block + nblocks;
                 o.off = 0;
@@ -533,6 +560,7 @@ impl Flash {
             buf,
             block: 1,
             off: 0,
+            block_tags: Vec::new(),
             items: 0,
         });
         self.counters.extstore_page_allocs.fetch_add(1, Relaxed);
@@ -566,19 +594,10 @@ impl Flash {
     /// Reads `key`'s item at `loc`: from a buffer not yet written, else with one device read.
     pub async fn fetch(&self, key: &[u8], loc: FlashLoc) -> Fetch {
         let seg = self.seg_of(loc.block());
-        let rel = (loc.block() - self.device_block(seg, 0)) as usize;
         let len = loc.nblocks() as usize * BLOCK;
         let buffered = {
             let inner = self.inner.lock();
-            let bytes = match &inner.open {
-                Some(o) if o.seg == seg => Some(&o.buf[..]),
-                _ => inner
-                    .queued
-                    .iter()
-                    .find(|(s, _)| *s == seg)
-                    .map(|(_, b)| &b[..]),
-            };
-            bytes.map(|b| b[rel * BLOCK..(rel * BLOCK + len).min(b.len())].to_vec())
+            self.buffered(&inner, loc).map(<[u8]>::to_vec)
         };
         let found = match buffered {
             Some(bytes) => {
@@ -676,6 +695,18 @@ impl Flash {
             return ReadOutcome::Miss;
         }
         ReadOutcome::Miss
+    }
+
+    /// The blocks of `loc` while its segment is still in a buffer (open, or waiting for its
+    /// write), else None.
+    fn buffered<'a>(&self, inner: &'a Inner, loc: FlashLoc) -> Option<&'a [u8]> {
+        let seg = self.seg_of(loc.block());
+        let bytes = match &inner.open {
+            Some(o) if o.seg == seg => &o.buf[..],
+            _ => &inner.queued.iter().find(|(s, _)| *s == seg)?.1[..],
+        };
+        let at = (loc.block() - self.device_block(seg, 0)) as usize * BLOCK;
+        Some(&bytes[at..(at + loc.nblocks() as usize * BLOCK).min(bytes.len())])
     }
 
     fn decode(&self, bytes: &[u8], loc: FlashLoc, key: &[u8]) -> Fetch {
@@ -953,14 +984,26 @@ impl Flash {
             };
             match job {
                 Job::Write(seg, buf) => self.write_segment(&store, seg, &buf),
-                Job::Drop(seg) => self.drop_segment(&store, seg),
+                Job::Drop(seg) => self.taking_shard_locks(|| self.drop_segment(&store, seg)),
                 Job::Reclaim => {
-                    if !self.reclaim_one(&store) {
+                    if !self.taking_shard_locks(|| self.reclaim_one(&store)) {
                         self.inner.lock().stalled = true;
                     }
                 }
             }
         }
+    }
+
+    /// Runs `f`, which takes shard locks, while an admit that waits for the writer under a
+    /// shard lock gives up instead (else each would wait for the other).
+    fn taking_shard_locks<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.taking_shard_locks.store(true, Relaxed);
+        // Under the lock the waiters check the flag with: none misses it.
+        drop(self.inner.lock());
+        self.written.notify_all();
+        let r = f();
+        self.taking_shard_locks.store(false, Relaxed);
+        r
     }
 
     fn write_segment(&self, store: &Store, seg: u32, buf: &AlignedBuf) {
@@ -970,7 +1013,7 @@ impl Flash {
             self.counters.extstore_io_errors.fetch_add(1, Relaxed);
             // Its entries go before the buffer does, so no read can meet what the device
             // holds there instead.
-            self.remove_entries(store, seg);
+            self.taking_shard_locks(|| self.remove_entries(store, seg));
         } else {
             self.counters
                 .extstore_bytes_written
@@ -1034,6 +1077,8 @@ impl Flash {
                 s.state = SegState::Free;
                 inner.free.push_back(seg);
                 self.counters.extstore_page_reclaims.fetch_add(1, Relaxed);
+                drop(inner);
+                self.written.notify_all();
                 return true;
             }
             s.reclaiming = true;
@@ -1092,6 +1137,8 @@ impl Flash {
             s.state = SegState::Free;
             inner.free.push_back(victim);
         }
+        drop(inner);
+        self.written.notify_all();
         true
     }
 }
@@ -1150,25 +1197,36 @@ impl FlashTier for Flash {
         self.inner.lock().segs[seg as usize].live += 1;
     }
 
-    fn other_key_at(&self, loc: FlashLoc, key: &[u8]) -> bool {
-        if !self.recovering.load(Relaxed) {
-            return false;
-        }
+    fn key_at(&self, loc: FlashLoc, key: &[u8]) -> KeyAt {
+        let whose = |found: format::Found<'_>| match found {
+            format::Found::Item(_) => KeyAt::Key,
+            format::Found::Absent => KeyAt::Other,
+            format::Found::Damaged => KeyAt::Unknown,
+        };
         let seg = self.seg_of(loc.block());
-        if self.sealed_seq(loc).is_none() {
-            // Buffered: the item may be a copy of `key` written by this very recovery.
-            return false;
+        {
+            let inner = self.inner.lock();
+            if let Some(bytes) = self.buffered(&inner, loc) {
+                return whose(format::find_item(bytes, loc.nblocks(), key));
+            }
+            if inner.segs.get(seg as usize).map(|s| s.state) != Some(SegState::Sealed) {
+                return KeyAt::Unknown;
+            }
         }
-        let offset = self.seg_offset(seg)
-            + u64::from(loc.block() - self.device_block(seg, 0)) * BLOCK as u64;
+        // Written: while the entry is indexed (the caller holds its shard lock) the segment
+        // cannot be reused, so the device holds the item it was written with.
+        self.counters.flash_verify_reads.fetch_add(1, Relaxed);
         let mut buf = AlignedBuf::new(loc.nblocks() as usize * BLOCK);
-        if self.device.read_at(offset, &mut buf).is_err() {
-            return false;
+        match self
+            .device
+            .read_at(u64::from(loc.block()) * BLOCK as u64, &mut buf)
+        {
+            Ok(()) => whose(format::find_item(&buf, loc.nblocks(), key)),
+            Err(e) => {
+                self.read_failed(seg, &e);
+                KeyAt::Unknown
+            }
         }
-        matches!(
-            format::find_item(&buf, loc.nblocks(), key),
-            format::Found::Absent
-        )
     }
 
     fn sealed_seq(&self, loc: FlashLoc) -> Option<u64> {

@@ -6,15 +6,20 @@
 //!        │                                   └─ Some(FlashLoc): the index keeps 8 bytes
 //!        v                                      None: the writer is behind → evicted for good
 //!   Shard { index: HashTable<Loc> (RAM), flash: HashTable<FlashLoc> (flash) }
-//!        └─ overwrite / delete / flush of a key removes every flash entry with its tag
-//!           (FlashTier::release), so an old flash copy can never be found again
+//!        └─ overwrite / delete of a key removes its flash copy (the entry with its tag that
+//!           holds it; FlashTier::release), so an old flash copy can never be found again
 //! ```
 //!
 //! A flash entry holds no key: only a 28-bit tag of the key's hash, the device block where
 //! the item starts, how many 4 KiB blocks to read, and a fetched bit. Two keys of one shard
 //! with the same tag are indistinguishable in RAM; the full key is compared after the device
-//! read. Where the store cannot tell them apart it removes both (the innocent one becomes a
-//! miss, as if evicted) rather than risk serving a stale value.
+//! read. A store or delete of a key that has no RAM copy removes the key's own flash copy
+//! only: each entry with its tag is checked first ([`FlashTier::key_at`]: the segment buffer
+//! if the item is not written yet, else a read made before the shard lock was taken, see
+//! `Store::spare_flash`, or a device read), so writing one key never drops another.
+//!
+//! No two items of one 4 KiB block share a tag (the tier starts a new block instead), so an
+//! entry's place (block, blocks, tag) names exactly one item.
 
 use crate::ItemMeta;
 
@@ -159,8 +164,20 @@ pub trait FlashTier: Send + Sync {
     /// The sequence number of `loc`'s segment if it is written and sealed (no item can be
     /// added to it any more), else None.
     fn sealed_seq(&self, loc: FlashLoc) -> Option<u64>;
-    /// While recovery loads the store (no client waits, a blocking read is fine): whether the
-    /// item at `loc` was read and holds a key other than `key`. False otherwise, and when it
-    /// cannot tell.
-    fn other_key_at(&self, loc: FlashLoc, key: &[u8]) -> bool;
+    /// Whose item `loc` holds: `key`'s, another key's (a shared tag), or unknown (damaged or
+    /// unreadable). From the segment buffer while the item is not written yet; else with a
+    /// device read that blocks the caller, so callers read candidates beforehand where they
+    /// can (`Store::spare_flash`) and this read stays rare.
+    fn key_at(&self, loc: FlashLoc, key: &[u8]) -> KeyAt;
+}
+
+/// Answer of [`FlashTier::key_at`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyAt {
+    /// The item is the key's.
+    Key,
+    /// The item is another key's.
+    Other,
+    /// The item is damaged or could not be read: nobody's, as far as a read can tell.
+    Unknown,
 }

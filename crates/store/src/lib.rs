@@ -189,8 +189,8 @@ pub struct StoreStats {
     pub flash_items: u64,
     /// Items moved from RAM to flash by eviction.
     pub evicted_to_flash: u64,
-    /// Flash entries removed by a store or delete of a key with the same hash tag (the key's
-    /// own old copy, or another key's that RAM cannot tell apart).
+    /// Flash entries of other keys removed by a store or delete of a key with the same hash
+    /// tag because their item could not be read (damaged or an I/O error); also evictions.
     pub flash_tag_drops: u64,
     /// Items brought back from flash to RAM (hot reads, and commands that change an item).
     pub flash_promotions: u64,
@@ -406,7 +406,6 @@ impl Store {
         if !promote {
             return FlashFound::Served;
         }
-        shard.flash_remove_place(loc);
         let m = item.meta;
         let mut entry = Entry {
             store: self,
@@ -417,7 +416,8 @@ impl Store {
             expired: false,
         };
         let state = state_of(&ItemMeta { fetched: true, ..m });
-        // A move back to RAM, not a mutation: the item keeps its revision.
+        // The RAM copy first: should it find no room (-M), the flash copy stays; a move back
+        // to RAM, not a mutation: the item keeps its revision.
         match entry.store_inner(
             &[&item.value],
             m.flags,
@@ -428,15 +428,11 @@ impl Store {
             Some(m.mod_revision),
         ) {
             Ok(_) => {
+                entry.shard.flash_remove_place(loc);
                 entry.shard.counters.flash_promotions += 1;
                 FlashFound::Promoted
             }
-            // No room in RAM (-M): the flash copy is gone from the index, so the item left.
-            Err(_) => {
-                entry.shard.evicted_for_good(true);
-                self.report_flash_eviction(key);
-                FlashFound::Served
-            }
+            Err(_) => FlashFound::Served,
         }
     }
 
@@ -936,7 +932,10 @@ impl Entry<'_> {
             access,
         );
         debug_assert_eq!(offset, loc.offset as usize);
-        self.shard.link(self.hash, self.key, loc, &env);
+        match moved {
+            None => self.shard.link(self.hash, self.key, loc, &env),
+            Some(_) => self.shard.link_ram(self.hash, self.key, loc, &env),
+        }
         self.shard.counters.total_items += 1;
         let seg = self.shard.seg(loc.slot);
         let h = seg.header(offset);
@@ -1043,9 +1042,9 @@ impl Entry<'_> {
     }
 
     /// Removes the live item; returns whether one existed. Reports `Mutation::Deleted`.
-    /// Flash copies with the key's tag are removed too (the caller brought the key's own
-    /// flash copy to RAM first if it had one, see `Promote::Always`); their removal is logged
-    /// as well, so a crash cannot bring one back from a checkpoint.
+    /// The key's flash copy goes too if it has one (the server brings it to RAM first, see
+    /// `Promote::Always`, but log replay does not); its removal is logged as well, so a crash
+    /// cannot bring it back from a checkpoint.
     pub fn delete(&mut self) -> bool {
         self.delete_revision().0
     }
@@ -1054,7 +1053,9 @@ impl Entry<'_> {
     pub fn delete_revision(&mut self) -> (bool, Option<Revision>) {
         let env = self.store.env(self.now);
         let removed = self.shard.remove(self.hash, self.key);
-        let flash_removed = self.shard.flash_remove_key(self.hash, self.key) > 0;
+        // A key with a RAM copy has none on flash.
+        let flash_removed =
+            removed.is_none() && self.shard.flash_remove_key(self.hash, self.key).0 > 0;
         if removed.is_none() && !flash_removed {
             return (false, None);
         }
@@ -1070,7 +1071,7 @@ impl Entry<'_> {
             reason: DeleteReason::Client,
             prev,
         });
-        (removed.is_some(), Some(rev))
+        (removed.is_some() || flash_removed, Some(rev))
     }
 }
 

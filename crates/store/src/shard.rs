@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use crate::flash::{tag_of, FlashLoc, FlashTier};
+use crate::flash::{tag_of, FlashLoc, FlashTier, KeyAt};
 use crate::segment::{self, Header, Segment, DEAD, FETCHED, SEGMENT_SIZE};
 use crate::StoreStats;
 use crate::{meta_of, DeleteReason, Mutation, PrevItem, Revision, Store};
@@ -59,8 +59,8 @@ pub struct ShardCounters {
     pub flash_items: u64,
     /// Items moved from RAM to flash by eviction.
     pub evicted_to_flash: u64,
-    /// Flash entries removed by a store or delete of a key with their tag: the key's own old
-    /// copy, or another key's that RAM cannot tell apart from it.
+    /// Flash entries of other keys removed by a store or delete of a key with their tag
+    /// because their item could not be read (damaged, an I/O error).
     pub flash_tag_drops: u64,
     /// Items promoted from flash back to RAM.
     pub flash_promotions: u64,
@@ -188,15 +188,18 @@ impl Shard {
         }))
     }
 
-    /// Points `key` at `loc`, killing any older copy, in RAM or on flash.
+    /// Points `key` at `loc`, killing any older copy, in RAM or on flash (a key with a RAM
+    /// copy has none on flash).
     pub fn link(&mut self, hash: u64, key: &[u8], loc: Loc, env: &Env<'_>) {
-        self.flash_remove_key(hash, key);
+        if self.find(hash, key).is_none() {
+            self.flash_remove_key(hash, key);
+        }
         self.link_ram(hash, key, loc, env);
     }
 
-    /// Points `key` at `loc`, killing an older copy in RAM (moves within RAM: the key has no
-    /// flash copy).
-    fn link_ram(&mut self, hash: u64, key: &[u8], loc: Loc, env: &Env<'_>) {
+    /// Points `key` at `loc`, killing an older copy in RAM (moves within RAM, and promotions,
+    /// whose caller removes the flash copy it promoted).
+    pub fn link_ram(&mut self, hash: u64, key: &[u8], loc: Loc, env: &Env<'_>) {
         let size = {
             let h = self.header(loc);
             h.item_len(loc.offset as usize)
@@ -353,56 +356,41 @@ impl Shard {
         self.counters.flash_items += 1;
     }
 
-    /// Removes every flash entry that may be `key`'s (its tag; see [`Shard::flash_remove_tag`]),
-    /// except, during recovery, those the tier read and found to hold another key.
-    pub fn flash_remove_key(&mut self, hash: u64, key: &[u8]) -> usize {
-        let others: Vec<(u64, u64)> = match &self.tier {
-            Some(t) if !self.flash.is_empty() => self
-                .flash_candidates(hash)
-                .into_iter()
-                .filter(|&l| t.other_key_at(l, key))
-                .filter_map(|l| Some((l.place(), t.sealed_seq(l)?)))
-                .collect(),
-            _ => Vec::new(),
+    /// Removes `key`'s own flash copy, if it has one. Every entry with the key's tag is checked
+    /// first, so that another key's is never dropped for sharing it: one a device read made
+    /// before this lock was taken showed to hold another key ([`crate::Store::spare_flash`],
+    /// its segment unchanged since) stays without a read; the others are asked of the tier
+    /// ([`FlashTier::key_at`]: a buffer compare, or a device read). An entry whose item is
+    /// damaged or unreadable goes too (as a damaged read would make it go; counted in
+    /// `flash_tag_drops` and evicted). Returns (own copies removed, others dropped).
+    pub fn flash_remove_key(&mut self, hash: u64, key: &[u8]) -> (usize, usize) {
+        let candidates = self.flash_candidates(hash);
+        let Some(tier) = self.tier.clone().filter(|_| !candidates.is_empty()) else {
+            return (0, 0);
         };
-        if others.is_empty() {
-            return self.flash_remove_tag(hash);
-        }
-        let mut spared = crate::flash::spared(hash);
-        spared.extend(others);
-        crate::flash::set_spared(hash, spared);
-        let removed = self.flash_remove_tag(hash);
-        crate::flash::clear_spared();
-        removed
-    }
-
-    /// Removes every flash entry with `hash`'s tag, so no older flash copy of the key stays
-    /// findable; another key with the same tag goes too (counted), unless spared. Returns how
-    /// many.
-    pub fn flash_remove_tag(&mut self, hash: u64) -> usize {
-        if self.flash.is_empty() {
-            return 0;
-        }
-        let tag = tag_of(hash);
         let spared = crate::flash::spared(hash);
-        let tier = self.tier.clone();
-        // Spared: read and shown to hold another key, in a sealed segment whose seq has not
-        // changed since (so the key cannot have been written there after the read).
-        let is_spared = |l: &FlashLoc| {
-            spared.iter().any(|&(place, seq)| {
-                place == l.place() && tier.as_ref().and_then(|t| t.sealed_seq(*l)) == Some(seq)
-            })
-        };
-        let mut removed = 0;
-        while let Ok(e) = self.flash.find_entry(FlashLoc::table_hash(tag), |l| {
-            l.tag() == tag && !is_spared(l)
-        }) {
-            let (loc, _) = e.remove();
-            self.flash_released(loc);
-            removed += 1;
+        let (mut own, mut dropped) = (0, 0);
+        for loc in candidates {
+            let read_before = spared
+                .iter()
+                .any(|&(place, seq)| place == loc.place() && tier.sealed_seq(loc) == Some(seq));
+            let whose = if read_before {
+                KeyAt::Other
+            } else {
+                tier.key_at(loc, key)
+            };
+            match whose {
+                KeyAt::Other => continue,
+                KeyAt::Key => own += 1,
+                KeyAt::Unknown => {
+                    dropped += 1;
+                    self.counters.flash_tag_drops += 1;
+                    self.evicted_for_good(loc.fetched());
+                }
+            }
+            self.flash_remove_place(loc);
         }
-        self.counters.flash_tag_drops += removed as u64;
-        removed
+        (own, dropped)
     }
 
     /// The entry for exactly this copy (fetched bit ignored), if it is still indexed.

@@ -65,6 +65,11 @@ impl Server {
         Server::spawn(dir, &[], args, Stdio::null())
     }
 
+    /// [`Server::start_in`] with these environment variables set for the server process.
+    pub fn start_in_with_env(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> Server {
+        Server::spawn(dir, env, args, Stdio::null())
+    }
+
     fn spawn(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str], stderr: Stdio) -> Server {
         Server::spawn_with(&[], dir, env, args, stderr)
     }
