@@ -5,7 +5,7 @@
 //!
 //! superblock (block 0), integers little-endian:
 //!    0  magic          8  "CAIRNFSB"
-//!    8  version        4  1
+//!    8  version        4  2
 //!   12  reserved       4  0
 //!   16  segment_bytes  8  bytes of one segment (a multiple of 4 KiB)
 //!   24  segment_count  8
@@ -16,7 +16,7 @@
 //! segment = header block + data blocks
 //!   header (block 0 of the segment):
 //!    0  magic          8  "CAIRNFSG"
-//!    8  version        4  1
+//!    8  version        4  2
 //!   12  segment        4  its index on the device
 //!   16  seq            8  write sequence number, unique per write of a segment on this device
 //!   24  items          4  items in the data blocks
@@ -35,7 +35,8 @@
 //!   10  flags          4
 //!   14  exptime        4  absolute unix seconds, 0 = never
 //!   18  cas            8
-//!   26  key, value     klen + (len - 26 - klen)
+//!   26  revision       8  mod_revision: the revision of the mutation that made the item
+//!   34  key, value     klen + (len - 34 - klen)
 //! ```
 //!
 //! An item is found from its index entry (first block, block count) by reading those blocks
@@ -47,9 +48,10 @@ use cairn_store::ItemMeta;
 pub const BLOCK: usize = 4096;
 pub const SUPER_MAGIC: &[u8; 8] = b"CAIRNFSB";
 pub const SEGMENT_MAGIC: &[u8; 8] = b"CAIRNFSG";
-pub const VERSION: u32 = 1;
+/// 2: items carry their revision. A device of another version is not trusted (formatted anew).
+pub const VERSION: u32 = 2;
 /// Bytes of an item's header.
-pub const ITEM_HEADER: usize = 26;
+pub const ITEM_HEADER: usize = 34;
 
 const STATE_FETCHED: u8 = 1;
 const STATE_STALE: u8 = 2;
@@ -164,8 +166,9 @@ pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: &ItemMeta) {
     out[10..14].copy_from_slice(&meta.flags.to_le_bytes());
     out[14..18].copy_from_slice(&meta.exptime.to_le_bytes());
     out[18..26].copy_from_slice(&meta.cas.to_le_bytes());
-    out[26..26 + key.len()].copy_from_slice(key);
-    out[26 + key.len()..].copy_from_slice(value);
+    out[26..34].copy_from_slice(&meta.mod_revision.to_le_bytes());
+    out[34..34 + key.len()].copy_from_slice(key);
+    out[34 + key.len()..].copy_from_slice(value);
     let crc = crc32c::crc32c(&out[4..]);
     out[0..4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -205,8 +208,7 @@ pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Damage> {
             fetched: state & STATE_FETCHED != 0,
             stale: state & STATE_STALE != 0,
             win_sent: state & STATE_WIN_SENT != 0,
-            // Not kept on flash yet: a promoted item reads as revision 0.
-            mod_revision: 0,
+            mod_revision: u64_at(b, 26),
         },
         len,
     })
@@ -311,7 +313,8 @@ mod tests {
             fetched: true,
             stale: false,
             win_sent: true,
-            mod_revision: 0,
+            // Apart from the CAS, so that a mix-up of the two shows.
+            mod_revision: cas * 1000 + 7,
         }
     }
 

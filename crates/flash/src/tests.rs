@@ -89,10 +89,14 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 fn set(r: &Rig, key: &[u8], value: &[u8]) -> u64 {
+    set_meta(r, key, value).cas
+}
+
+/// Stores and returns the item's metadata (its CAS and revision).
+fn set_meta(r: &Rig, key: &[u8], value: &[u8]) -> ItemMeta {
     r.store
         .entry(key, NOW, |e| e.store(&[value], 5, 0, None))
         .unwrap()
-        .cas
 }
 
 fn get(r: &Rig, key: &[u8]) -> Option<Item> {
@@ -120,9 +124,9 @@ fn evicted_items_go_to_flash_and_read_back_exactly() {
     // 6 MiB of items through 4 MiB of RAM: most end on flash.
     let r = rig(4, 200);
     let n = 50_000;
-    let mut cas = Vec::new();
+    let mut metas = Vec::new();
     for i in 0..n {
-        cas.push(set(&r, format!("key-{i}").as_bytes(), &value_of(i)));
+        metas.push(set_meta(&r, format!("key-{i}").as_bytes(), &value_of(i)));
     }
     let s = r.store.stats();
     assert!(s.flash_items > (n / 3) as u64, "{s:?}");
@@ -130,13 +134,13 @@ fn evicted_items_go_to_flash_and_read_back_exactly() {
     eventually("segments written", || {
         r.flash.counters.extstore_bytes_written.load(Relaxed) > 0
     });
-    for (i, cas) in cas.iter().enumerate() {
+    for (i, m) in metas.iter().enumerate() {
         let item = get(&r, format!("key-{i}").as_bytes()).unwrap_or_else(|| panic!("key-{i}"));
         assert_eq!(item.value, value_of(i), "key-{i}");
         assert_eq!(
-            (item.meta.cas, item.meta.flags),
-            (*cas, 5),
-            "key-{i} keeps its CAS"
+            (item.meta.cas, item.meta.mod_revision, item.meta.flags),
+            (m.cas, m.mod_revision, 5),
+            "key-{i} keeps its CAS and revision"
         );
     }
     let c = &r.flash.counters;
@@ -354,7 +358,9 @@ fn a_hot_item_is_promoted_to_ram_on_its_second_read() {
         set(&r, format!("key-{i}").as_bytes(), &value_of(i));
     }
     assert_eq!(r.store.flash_candidates(b"key-3").len(), 1);
-    let cas = get(&r, b"key-3").unwrap().meta.cas;
+    let first = get(&r, b"key-3").unwrap().meta;
+    let cas = first.cas;
+    assert_ne!(first.mod_revision, 0, "the revision came back from flash");
     assert_eq!(
         r.store.flash_candidates(b"key-3").len(),
         1,
@@ -371,6 +377,10 @@ fn a_hot_item_is_promoted_to_ram_on_its_second_read() {
     assert_eq!(
         (item.value, item.meta.cas, item.meta.flags),
         (value_of(3), cas, 5)
+    );
+    assert_eq!(
+        item.meta.mod_revision, first.mod_revision,
+        "a promotion is a move, not a mutation: the revision stays"
     );
     assert_eq!(r.store.stats().flash_promotions, 1);
     r.flash.stop();
