@@ -14,7 +14,9 @@ BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn")
 class Cairn:
     def __init__(self, data_dir, *args, preexec_fn=None):
         self.proc = subprocess.Popen(
-            [BIN, "-p", "0", "--data-dir", str(data_dir), "--log-segment-mb", "2", *args],
+            # The gRPC API on a free port: its default one may be another server's.
+            [BIN, "-p", "0", "--data-dir", str(data_dir), "--log-segment-mb", "2",
+             *([] if "--grpc-listen" in args else ["--grpc-listen", "127.0.0.1:0"]), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -17,6 +17,7 @@ BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn")
 def server(tmp_path):
     proc = subprocess.Popen(
         [BIN, "-p", "0", "--data-dir", str(tmp_path), "--persistence", "off", "-m", "4",
+         "--grpc-listen", "127.0.0.1:0",
          "--flash-path", str(tmp_path / "flash.dat"), "--flash-size", "128m"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

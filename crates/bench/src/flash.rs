@@ -54,7 +54,16 @@ impl Proc {
 
 fn cairn(args: &SuiteArgs, port: u16, extra: &[String], dir: &Path) -> Result<Proc, String> {
     let mut child = Command::new(&args.cairn_bin)
-        .args(["-p", &port.to_string(), "-t", "2", "--data-dir"])
+        // The gRPC API on a free port: its default one may be another server's.
+        .args([
+            "-p",
+            &port.to_string(),
+            "-t",
+            "2",
+            "--grpc-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
         .arg(dir)
         .args(extra)
         .stdout(Stdio::piped())
