@@ -21,10 +21,12 @@
 //! Non-goals: this crate holds no data and speaks no cache protocol; it talks to ZooKeeper
 //! through the `zookeeper-client` crate (no protocol of our own).
 
+pub mod group;
 pub mod membership;
 pub mod replica;
 pub mod replication;
 
+pub use group::{Group, GroupConfig};
 pub use membership::{Membership, MembershipConfig, MembershipStatus};
 pub use replica::FollowerConfig;
 pub use replication::{Replication, ReplicationMode, Role};

@@ -45,7 +45,7 @@ pub struct FollowerConfig {
 const POSITION_FILE: &str = "replication.position";
 
 /// The primary's log id and the revision every event up to which is durable here.
-fn read_position(dir: &Path) -> Option<(u64, u64)> {
+pub(crate) fn read_position(dir: &Path) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(dir.join(POSITION_FILE)).ok()?;
     let mut words = text.split_whitespace();
     if words.next()? != "cairn-replica-position-1" {
@@ -72,7 +72,7 @@ fn write_position(dir: &Path, log_id: u64, revision: u64) -> std::io::Result<()>
 
 /// Removes the position file for good (fsync of the folder): from here on the store may hold
 /// a partial copy, which must never be resumed from.
-fn drop_position(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn drop_position(dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(dir.join(POSITION_FILE)) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -197,6 +197,7 @@ async fn follow_once(
     let create = match resume_from {
         Some(r) => {
             fig.applied_revision.store(r, Ordering::Relaxed);
+            fig.complete.store(true, Ordering::Relaxed);
             fig.resumes.fetch_add(1, Ordering::Relaxed);
             ack_tx.send(ack(r)).await.map_err(|_| "ack stream closed")?;
             tracing::info!(primary = %config.primary, revision = r, "replication: resuming");
@@ -208,6 +209,7 @@ async fn follow_once(
         }
         None => {
             // A full copy: whatever this node held is discarded first.
+            fig.complete.store(false, Ordering::Relaxed);
             drop_position(&config.data_dir).map_err(|e| format!("position file: {e}"))?;
             let ((), ticket) = cairn_persist::capture(|| store.flush_all());
             persist
@@ -257,6 +259,7 @@ async fn follow_once(
             },
         };
         if resp.canceled {
+            fig.complete.store(false, Ordering::Relaxed);
             drop_position(&config.data_dir).map_err(|e| format!("position file: {e}"))?;
             return Err(format!(
                 "the primary's history no longer holds our revision (compacted to {}): {}; \
@@ -290,6 +293,7 @@ async fn follow_once(
         if !complete {
             continue;
         }
+        fig.complete.store(true, Ordering::Relaxed);
         let mut revision = resp.header.as_ref().map_or(0, |h| h.revision);
         if let Some(last) = resp.events.last() {
             revision = revision.max(last.revision);

@@ -75,6 +75,9 @@ pub struct FollowerFigures {
     pub resumes: AtomicU64,
     /// The primary's log id (revisions compare within one log only).
     pub primary_log_id: AtomicU64,
+    /// Whether this node holds a complete copy up to `applied_revision` (false during a
+    /// full copy): only a complete replica may be elected over another (group.rs).
+    pub complete: AtomicBool,
 }
 
 /// Replication's state on one node (both roles).

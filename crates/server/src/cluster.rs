@@ -16,6 +16,10 @@ pub const ARCUS_ROOT: &str = "/arcus";
 
 /// What to register for a server bound to `bound`, if `--zookeeper` is set.
 pub fn membership_config(config: &Config, bound: SocketAddr) -> Option<MembershipConfig> {
+    // A group member is listed by its group, under /arcus_repl.
+    if config.replication_group.is_some() {
+        return None;
+    }
     let ensemble = config.zookeeper.clone()?;
     Some(MembershipConfig {
         advertise: advertised_address(bound, &ensemble),
@@ -39,7 +43,9 @@ pub fn replication(config: &Config, persist: &Arc<Persistence>) -> Arc<Replicati
         },
         None => Role::Primary,
     };
-    let gated = config.replica_of.is_some() || mode == ReplicationMode::Sync;
+    let gated = config.replica_of.is_some()
+        || mode == ReplicationMode::Sync
+        || config.replication_group.is_some();
     let r = Arc::new(Replication::new(
         mode,
         role,
@@ -151,4 +157,52 @@ fn lag_bytes(ctx: &Ctx, acked: u64, published: u64, lag: u64) -> u64 {
             .sum(),
         Err(_) => 0,
     }
+}
+
+/// Joins the replication group (`--replication-group`), if there is one: returns once this
+/// node may serve (primary, or a replica with a complete copy).
+pub async fn join_group(
+    ctx: &Arc<Ctx>,
+    bound: SocketAddr,
+    grpc: Option<SocketAddr>,
+) -> Result<Option<cairn_cluster::Group>, String> {
+    let c = &ctx.config;
+    let (Some(group), Some(ensemble), Some(svc)) =
+        (&c.replication_group, &c.zookeeper, &c.service_code)
+    else {
+        return Ok(None);
+    };
+    let (Some(repl), Some(persist), Some(grpc)) =
+        (ctx.replication.clone(), ctx.persist.clone(), grpc)
+    else {
+        return Err("a replication group needs persistence and the gRPC API".into());
+    };
+    let advertise = advertised_address(bound, ensemble);
+    let config = cairn_cluster::GroupConfig {
+        ensemble: ensemble.clone(),
+        service_code: svc.clone(),
+        group: group.clone(),
+        advertise,
+        grpc: SocketAddr::new(
+            if grpc.ip().is_unspecified() {
+                advertise.ip()
+            } else {
+                grpc.ip()
+            },
+            grpc.port(),
+        ),
+        hostname: hostname(),
+        memory_limit_mb: c.memory_limit_mb,
+        session_timeout: Duration::from_millis(c.zookeeper_session_timeout_ms),
+        data_dir: c.snapshot_dir(),
+    };
+    let local = cairn_cluster::group::Local {
+        store: Arc::clone(&ctx.store),
+        persist,
+        repl,
+    };
+    cairn_cluster::Group::join(config, local)
+        .await
+        .map(Some)
+        .map_err(|e| e.to_string())
 }

@@ -213,6 +213,10 @@ pub struct Config {
     /// error instead of an acknowledgement (ms).
     #[arg(long)]
     pub replication_timeout_ms: u64,
+    /// Join this replication group (with zookeeper and service_code): its members elect a
+    /// primary through ZooKeeper (ARCUS's /arcus_repl layout); the others follow it.
+    #[arg(long)]
+    pub replication_group: Option<String>,
 }
 
 impl Default for Config {
@@ -269,6 +273,7 @@ impl Default for Config {
             replica_of: None,
             replication: "async".to_string(),
             replication_timeout_ms: 5_000,
+            replication_group: None,
         }
     }
 }
@@ -645,7 +650,20 @@ impl Config {
         if !matches!(self.replication.as_str(), "async" | "sync") {
             return invalid("replication", "must be async or sync");
         }
-        let replicated = self.replica_of.is_some() || self.replication == "sync";
+        if self.replication_group.is_some() {
+            if self.zookeeper.is_none() {
+                return invalid("replication_group", "needs zookeeper and service_code");
+            }
+            if self.replica_of.is_some() {
+                return invalid(
+                    "replication_group",
+                    "a group elects its primary: not with replica_of",
+                );
+            }
+        }
+        let replicated = self.replica_of.is_some()
+            || self.replication == "sync"
+            || self.replication_group.is_some();
         if replicated && self.mode() == cairn_persist::Mode::Off {
             return invalid(
                 "replication",

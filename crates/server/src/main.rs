@@ -103,6 +103,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     }
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut grpc_task = None;
+    let grpc_local = grpc.as_ref().map(|g| g.1);
     if let Some((listener, addr, prepared)) = grpc {
         let mut stop = rx.clone();
         let shutdown = async move {
@@ -127,6 +128,10 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         ),
         None => None,
     };
+    // A replication group member serves once it is the primary or holds a complete copy.
+    let group = cluster::join_group(&ctx, local, grpc_local)
+        .await
+        .map_err(|e| format!("refusing to start: {e}"))?;
     // Tests and scripts wait for this line to know the server is ready and where.
     // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
     let signal = server::shutdown_signal(Arc::clone(&ctx));
@@ -138,6 +143,9 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         // Unlisted first, so that clients move away before connections are drained.
         if let Some(m) = membership {
             m.leave().await;
+        }
+        if let Some(g) = group {
+            g.leave().await;
         }
         let _ = tx.send(true);
     });

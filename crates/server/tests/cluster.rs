@@ -618,3 +618,110 @@ fn sync_replication_acknowledges_only_what_a_replica_holds() {
         );
     }
 }
+
+// ---- failover through ZooKeeper ----------------------------------------------------------
+
+/// `cairn` flags for a member of replication group `g0` of service `svc`, with sync
+/// replication and a 1 s session.
+fn group_args<'a>(zk: &'a str, svc: &'a str) -> Vec<&'a str> {
+    vec![
+        "--zookeeper",
+        zk,
+        "--service-code",
+        svc,
+        "--replication-group",
+        "g0",
+        "--replication",
+        "sync",
+        "--zookeeper-session-timeout-ms",
+        "1000",
+    ]
+}
+
+/// Polls `f` every 20 ms until it holds, for at most a minute.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every acknowledged write (Some: the value set; None: deleted) is what `server` answers.
+fn assert_acked_writes(server: &Server, acked: &BTreeMap<String, Option<String>>, round: usize) {
+    let mut c = server.connect();
+    for (key, value) in acked {
+        let got = c.exchange(format!("mg {key} v\r\n").as_bytes());
+        let want = match value {
+            Some(v) => format!("VA {} \r\n{v}\r\n", v.len()).replace(" \r\n", "\r\n"),
+            None => "EN\r\n".to_string(),
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            want,
+            "round {round}: {key} on {}",
+            server.addr
+        );
+    }
+}
+
+#[test]
+fn failover_loses_no_acknowledged_write_and_the_old_primary_rejoins_as_a_replica() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let address = zk.address();
+    let args = group_args(&address, "failover");
+    let inspector = Inspector::connect(&address);
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    // The first member alone is the primary; the second takes a full copy before it serves.
+    let mut nodes = [
+        Some(Server::start_in(dirs[0].path(), &args)),
+        Some(Server::start_in(dirs[1].path(), &args)),
+    ];
+    let role = |s: &Server| stats(&mut s.connect(), "replication")["role"].clone();
+    assert_eq!(role(nodes[0].as_ref().unwrap()), "primary");
+    assert_eq!(role(nodes[1].as_ref().unwrap()), "replica");
+    let mut primary = 0;
+    let mut acked: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for round in 0..10 {
+        let p = nodes[primary].as_ref().unwrap();
+        let mut c = p.connect();
+        wait_until("the replica to follow the primary", || {
+            stats(&mut c, "replication")["replicas"] == "1"
+        });
+        // SYNC writes: each STORED / DELETED is durable here and on the replica.
+        for j in 0..20 {
+            let (key, value) = (format!("f:{round}:{j}"), format!("v{round}.{j}"));
+            c.send(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+            assert_eq!(c.read_until(b"\r\n"), b"STORED\r\n", "round {round}: {key}");
+            acked.insert(key, Some(value));
+        }
+        if round > 0 {
+            for j in (0..20).step_by(4) {
+                let key = format!("f:{}:{j}", round - 1);
+                assert_eq!(
+                    c.exchange(format!("delete {key}\r\n").as_bytes()),
+                    b"DELETED\r\n"
+                );
+                acked.insert(key, None);
+            }
+        }
+        // kill -9 the primary; the replica is elected once the primary's session ends.
+        let replica = 1 - primary;
+        nodes[primary].take().unwrap().kill9();
+        let new = nodes[replica].as_ref().unwrap();
+        wait_until("the election", || role(new) == "primary");
+        assert_acked_writes(new, &acked, round);
+        let listed = inspector
+            .children("/arcus_repl/cache_list/failover")
+            .unwrap();
+        let m = format!("g0^M^{}-{}", new.addr, hostname());
+        assert!(listed.contains(&m), "round {round}: {listed:?} lacks {m}");
+        // The old primary comes back as a replica, with a full copy of the new primary's
+        // data (what it held that the new primary never acknowledged is gone).
+        let back = Server::start_in(dirs[primary].path(), &args);
+        assert_eq!(role(&back), "replica", "round {round}");
+        assert_acked_writes(&back, &acked, round);
+        nodes[primary] = Some(back);
+        primary = replica;
+    }
+}
