@@ -307,3 +307,96 @@ def test_health_and_reflection(pb, server):
     assert {"cairn.v1.KV", "cairn.v1.Watch", "grpc.health.v1.Health"} <= services, services
     assert db.FindFileContainingSymbol("cairn.v1.KV").name == "cairn/v1/kv.proto"
     channel.close()
+
+
+def test_tls(pb, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    proc, grpc_addr, _ = start(tmp_path / "data", "--grpc-tls-cert", str(cert), "--grpc-tls-key", str(key))
+    try:
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        channel = grpc.secure_channel(grpc_addr, creds)
+        kv = pb.kv_grpc.KVStub(channel)
+        kv.Set(pb.kv.SetRequest(key=b"tls", value=b"yes"))
+        assert kv.Get(pb.kv.GetRequest(key=b"tls")).kv.value == b"yes"
+        channel.close()
+        plain = grpc.insecure_channel(grpc_addr)
+        code = code_of(lambda: pb.kv_grpc.KVStub(plain).Get(pb.kv.GetRequest(key=b"tls"), timeout=10))[0]
+        assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL), code
+        plain.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # A key that is no key refuses to start, naming the problem.
+    (tmp_path / "bad.pem").write_text("not a key")
+    out = subprocess.run(
+        [BIN, "-p", "0", "--data-dir", str(tmp_path / "d2"), "--grpc-listen", "127.0.0.1:0",
+         "--grpc-tls-cert", str(cert), "--grpc-tls-key", str(tmp_path / "bad.pem")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "TLS" in out.stderr, out.stderr
+
+
+def test_bad_input_gives_a_clear_status_and_nothing_breaks(pb, server):
+    channel = grpc.insecure_channel(server[0])
+    kv = pb.kv_grpc.KVStub(channel)
+    # Bytes that are no protobuf message, on a unary and on a streaming method.
+    raw = channel.unary_unary("/cairn.v1.KV/Get")
+    code, why = code_of(lambda: raw(b"\xff\xff\xff\xff", timeout=20))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "decode" in why, (code, why)
+    raw_stream = channel.stream_stream("/cairn.v1.Watch/Watch")
+    code, why = code_of(lambda: list(raw_stream(iter([b"\x0a\xff"]), timeout=20)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "decode" in why, (code, why)
+    code, _ = code_of(lambda: channel.unary_unary("/cairn.v1.KV/NoSuchMethod")(b"", timeout=20))
+    assert code == grpc.StatusCode.UNIMPLEMENTED
+    # Requests that parse but make no sense: INVALID_ARGUMENT with the reason.
+    for call, reason in [
+        (lambda: kv.Set(pb.kv.SetRequest(key=b"k", value=b"v", mode=99)), "mode"),
+        (lambda: kv.Delete(pb.kv.DeleteRequest(key=b"")), "empty"),
+        (lambda: kv.Touch(pb.kv.TouchRequest(key=b"a\nb")), "whitespace"),
+        (lambda: kv.Scan(pb.kv.ScanRequest(prefix=b"a/", limit=10_001)), "limit"),
+        (lambda: kv.Scan(pb.kv.ScanRequest(prefix=b"a/", page_token=b"b/1")), "page token"),
+        (lambda: kv.BatchGet(pb.kv.BatchGetRequest(keys=[b"ok", b""])), "empty"),
+    ]:
+        code, why = code_of(call)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and reason in why, (code, why)
+    # A watch request that makes no sense cancels that watch with the reason; the stream and
+    # its other watches go on.
+    w = Watcher(pb, channel)
+    w.send(create_request=pb.watch.WatchCreateRequest(key=b"ok/", prefix=True))
+    good = w.next()
+    assert good.created and not good.canceled
+    for create, reason in [
+        (pb.watch.WatchCreateRequest(key=b""), "empty"),
+        (pb.watch.WatchCreateRequest(key=b"a", prefix=True, range_end=b"b"), "not both"),
+        (pb.watch.WatchCreateRequest(key=b"b", range_end=b"b"), "range_end"),
+        (pb.watch.WatchCreateRequest(key=b"a", watch_id=-3), "watch_id"),
+        (pb.watch.WatchCreateRequest(key=b"a", filters=[7]), "filter"),
+        (pb.watch.WatchCreateRequest(key=b"a", start_revision=2**63), "future"),
+    ]:
+        w.send(create_request=create)
+        m = w.next()
+        assert m.canceled and reason in m.cancel_reason, (create, m)
+    w.send(cancel_request=pb.watch.WatchCancelRequest(watch_id=999))
+    m = w.next()
+    assert m.canceled and "unknown watch id 999" in m.cancel_reason
+    kv.Set(pb.kv.SetRequest(key=b"ok/1", value=b"v"))
+    m = w.next()
+    assert m.watch_id == good.watch_id and m.events[0].kv.key == b"ok/1"
+    # A watch request over the message size limit ends that stream with RESOURCE_EXHAUSTED.
+    w.send(create_request=pb.watch.WatchCreateRequest(key=b"x" * (3 << 20)))
+    with pytest.raises(grpc.RpcError) as e:
+        w.next()
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+    w.close()
+    # Nothing else broke: both protocols still answer.
+    assert kv.Get(pb.kv.GetRequest(key=b"ok/1")).kv.value == b"v"
+    assert mc_line(server[1], b"get ok/1\r\n") == b"VALUE ok/1 0 1\r\nv\r\nEND\r\n"
+    channel.close()

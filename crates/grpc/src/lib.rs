@@ -110,39 +110,48 @@ impl Prepared {
     }
 }
 
-/// tonic answers a request over the message size limit with OUT_OF_RANGE; gRPC's status code
-/// for it is RESOURCE_EXHAUSTED (what grpc-go and grpc-java send), which clients handle as such.
-fn too_large_is_resource_exhausted(
+/// tonic answers a request it cannot take with a status gRPC's conventions name otherwise: one
+/// over the message size limit with OUT_OF_RANGE, where grpc-go and grpc-java send
+/// RESOURCE_EXHAUSTED (and clients handle it as such), and bytes that are no message of the
+/// method's type with INTERNAL, which is the client's error: INVALID_ARGUMENT. This layer
+/// rewrites the status of such answers (the message, saying why, stays).
+fn standard_status_codes(
     mut res: http::Response<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
     let h = res.headers();
-    let too_large = h.get("grpc-status").is_some_and(|s| s == "11")
-        && h.get("grpc-message")
-            .is_some_and(|m| is_too_large_message(m.as_bytes()));
-    if too_large {
-        res.headers_mut().insert(
-            "grpc-status",
-            http::HeaderValue::from_static("8"), // RESOURCE_EXHAUSTED
-        );
+    let (Some(code), Some(message)) = (h.get("grpc-status"), h.get("grpc-message")) else {
+        return res;
+    };
+    let code = std::str::from_utf8(code.as_bytes())
+        .ok()
+        .and_then(|c| c.parse::<i32>().ok())
+        .map(tonic::Code::from);
+    let status = code.map(|c| tonic::Status::new(c, String::from_utf8_lossy(message.as_bytes())));
+    if let Some(mapped) = status.and_then(client_error) {
+        let value = http::HeaderValue::from(mapped.code() as i32);
+        res.headers_mut().insert("grpc-status", value);
     }
     res
 }
 
-/// Whether a status message is tonic's "decoded message length too large" (percent-encoded or
-/// not).
-pub(crate) fn is_too_large_message(m: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(m).replace("%20", " ");
-    text.contains("message length too large")
+/// The status a request error should have been (see [`standard_status_codes`]), if it is one
+/// tonic names otherwise.
+fn client_error(status: tonic::Status) -> Option<tonic::Status> {
+    let text = status.message().replace("%20", " ");
+    match status.code() {
+        tonic::Code::OutOfRange if text.contains("message length too large") => {
+            Some(tonic::Status::resource_exhausted(text))
+        }
+        tonic::Code::Internal if text.contains("failed to decode Protobuf message") => {
+            Some(tonic::Status::invalid_argument(text))
+        }
+        _ => None,
+    }
 }
 
-/// The status a stream forwards for a failed request read: RESOURCE_EXHAUSTED for one over the
-/// size limit (see [`too_large_is_resource_exhausted`]).
+/// The status a stream forwards for a failed request read (see [`standard_status_codes`]).
 pub(crate) fn request_error(status: tonic::Status) -> tonic::Status {
-    if status.code() == tonic::Code::OutOfRange && is_too_large_message(status.message().as_bytes())
-    {
-        return tonic::Status::resource_exhausted(status.message().to_string());
-    }
-    status
+    client_error(status.clone()).unwrap_or(status)
 }
 
 /// Builds the KV, Watch, health and reflection services; an error (a TLS file that cannot be
@@ -179,7 +188,7 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .layer(tower::util::MapResponseLayer::new(
-            too_large_is_resource_exhausted as MapResponse,
+            standard_status_codes as MapResponse,
         ));
     if let Some((cert, key)) = &backend.config.tls {
         let read =

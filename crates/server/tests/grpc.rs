@@ -1,7 +1,11 @@
-//! The gRPC API against the real binary, from Rust (tonic client, the generated stubs): the
-//! watch's initial state raced by memcached writes ends equal to the store, resume after
-//! kill -9 with persistence sync gets exactly what was missed, and a sync write over gRPC is
-//! on disk before it is acknowledged.
+//! The gRPC API against the real binary, from Rust (tonic client, the generated stubs):
+//! - Mirror: writes of every kind (puts, deletes, expiry, evictions, touch, flush_all) over
+//!   memcached and gRPC race a watch's initial state; initial state + events equal the store;
+//! - the watch properties (ordered, unique, reliable, resumable, bookmarkable, mirror) over a
+//!   randomized run with watchers that come and go and one kill -9 (persistence sync);
+//! - resume after kill -9 gets exactly what was missed;
+//! - a watcher that never reads holds at most its queue, is canceled with compact_revision
+//!   once the history passes it, and delays neither other watchers nor memcached clients.
 
 mod common;
 
@@ -32,7 +36,8 @@ struct Watch {
 }
 
 impl Watch {
-    async fn open(ch: Channel, create: pb::WatchCreateRequest) -> Watch {
+    /// A watch stream with its create request sent; the created response is not read yet.
+    async fn open_raw(ch: Channel, create: pb::WatchCreateRequest) -> Watch {
         let (tx, rx) = mpsc::channel(4);
         tx.send(pb::WatchRequest {
             request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
@@ -44,7 +49,11 @@ impl Watch {
             .await
             .expect("watch")
             .into_inner();
-        let mut w = Watch { tx, rx };
+        Watch { tx, rx }
+    }
+
+    async fn open(ch: Channel, create: pb::WatchCreateRequest) -> Watch {
+        let mut w = Watch::open_raw(ch, create).await;
         let first = w.next().await;
         assert!(first.created && !first.canceled, "{first:?}");
         w
@@ -57,26 +66,6 @@ impl Watch {
             .expect("stream ok")
             .expect("stream open")
     }
-}
-
-/// Applies events to a mirror; returns the last revision applied.
-fn apply(mirror: &mut Mirror, events: &[pb::Event]) -> u64 {
-    let mut last = 0;
-    for e in events {
-        assert!(e.revision > last, "ordered");
-        last = e.revision;
-        match pb::event::EventType::try_from(e.r#type).unwrap() {
-            pb::event::EventType::Put => {
-                let kv = e.kv.as_ref().unwrap();
-                mirror.insert(kv.key.to_vec(), kv.value.to_vec());
-            }
-            pb::event::EventType::Delete => {
-                mirror.remove(&e.kv.as_ref().unwrap().key[..]);
-            }
-            pb::event::EventType::Flush => mirror.clear(),
-        }
-    }
-    last
 }
 
 async fn scan_all(kv: &mut KvClient<Channel>, prefix: &[u8]) -> (Mirror, u64) {
@@ -105,9 +94,155 @@ async fn scan_all(kv: &mut KvClient<Channel>, prefix: &[u8]) -> (Mirror, u64) {
     }
 }
 
+/// What a mirror keeps of an item: value, expiry and mod_revision.
+type Item = (Vec<u8>, u32, u64);
+type FullMirror = BTreeMap<Vec<u8>, Item>;
+
+fn item_of(kv: &pb::KeyValue) -> Item {
+    (kv.value.to_vec(), kv.expires_at, kv.mod_revision)
+}
+
+/// Items a mirror still shows at `now`: it drops the expired ones itself (the expiry time is
+/// in the item).
+fn alive(m: &FullMirror, now: u32) -> FullMirror {
+    m.iter()
+        .filter(|(_, (_, exp, _))| *exp == 0 || *exp > now)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The memcached writer racing the initial state: sets, big sets (evictions), deletes,
+/// sets that are expired at once and gets that then remove them (expiry events), touches
+/// and one flush_all, each acknowledged.
+fn memcached_racer(addr: std::net::SocketAddr, seed: u64, ops: usize) {
+    let mut c = common::Conn::new(addr);
+    let mut r = cairn_testkit::Rng::new(seed);
+    let big = "B".repeat(100_000);
+    for i in 0..ops {
+        if i == ops / 2 {
+            c.send(b"flush_all\r\n");
+            c.read_until(b"OK\r\n");
+            continue;
+        }
+        let key = format!("m/{}", r.below(3500));
+        match r.below(20) {
+            0..=2 => {
+                c.send(format!("delete {key}\r\n").as_bytes());
+                c.read_until(b"\r\n");
+            }
+            3 => {
+                c.send(format!("set {key} 0 -1 4\r\nx{:03}\r\n", i % 1000).as_bytes());
+                c.read_until(b"STORED\r\n");
+            }
+            4 | 5 => {
+                c.send(format!("get {key}\r\n").as_bytes());
+                c.read_until(b"END\r\n");
+            }
+            6 => {
+                let ttl = if r.below(2) == 0 { "-1" } else { "3600" };
+                c.send(format!("touch {key} {ttl}\r\n").as_bytes());
+                c.read_until(b"\r\n");
+            }
+            7 | 8 => {
+                let key = format!("m/big{}", r.below(400));
+                c.send(format!("set {key} 0 0 {}\r\n{big}\r\n", big.len()).as_bytes());
+                c.read_until(b"STORED\r\n");
+            }
+            _ => {
+                c.send(format!("set {key} 0 3600 4\r\nw{:03}\r\n", i % 1000).as_bytes());
+                c.read_until(b"STORED\r\n");
+            }
+        }
+    }
+}
+
+/// The gRPC writer racing the initial state: sets (some expired at once, some with a TTL),
+/// deletes and gets.
+async fn grpc_racer(mut kv: KvClient<Channel>, seed: u64, ops: usize) {
+    let mut r = cairn_testkit::Rng::new(seed);
+    for i in 0..ops {
+        let key: bytes::Bytes = format!("m/{}", r.below(3500)).into();
+        let status = match r.below(10) {
+            0 | 1 => kv
+                .delete(pb::DeleteRequest { key, compare: None })
+                .await
+                .err(),
+            2 => kv.get(pb::GetRequest { key }).await.err(),
+            n => kv
+                .set(pb::SetRequest {
+                    key,
+                    value: format!("g{i:03}").into(),
+                    expires_at: if n == 3 { 1 } else { 0 },
+                    ttl_seconds: if n == 4 { 600 } else { 0 },
+                    ..Default::default()
+                })
+                .await
+                .err(),
+        };
+        if let Some(s) = status {
+            assert_eq!(s.code(), tonic::Code::NotFound, "{s:?}");
+        }
+    }
+}
+
+/// Applies events to a full mirror; returns the last revision applied.
+fn apply_full(mirror: &mut FullMirror, events: &[pb::Event]) -> u64 {
+    let mut last = 0;
+    for e in events {
+        assert!(e.revision > last, "ordered");
+        last = e.revision;
+        match pb::event::EventType::try_from(e.r#type).unwrap() {
+            pb::event::EventType::Put => {
+                let kv = e.kv.as_ref().unwrap();
+                assert_eq!(kv.mod_revision, e.revision, "{e:?}");
+                mirror.insert(kv.key.to_vec(), item_of(kv));
+            }
+            pb::event::EventType::Delete => {
+                mirror.remove(&e.kv.as_ref().unwrap().key[..]);
+            }
+            pb::event::EventType::Flush => mirror.clear(),
+        }
+    }
+    last
+}
+
+/// Every item under `prefix` (value, expiry, mod_revision) and the highest revision the pages
+/// were read at.
+async fn scan_items(kv: &mut KvClient<Channel>, prefix: &[u8]) -> (FullMirror, u64) {
+    let mut out = FullMirror::new();
+    let mut token = bytes::Bytes::new();
+    let mut revision = 0;
+    loop {
+        let page = kv
+            .scan(pb::ScanRequest {
+                prefix: bytes::Bytes::copy_from_slice(prefix),
+                limit: 1000,
+                page_token: token,
+                keys_only: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        revision = revision.max(page.header.unwrap().revision);
+        for kv in page.kvs {
+            out.insert(kv.key.to_vec(), item_of(&kv));
+        }
+        token = page.next_page_token;
+        if token.is_empty() {
+            return (out, revision);
+        }
+    }
+}
+
+/// The model check of the watch's mirror (issue 14, "Mirror"): writes of every kind over
+/// memcached and gRPC (puts, deletes, expiry, evictions, touch, flush_all) race a watch's
+/// initial state; the initial state and then the events after its revision R, applied in
+/// order by a client that also drops expired items itself, equal a full scan, value, expiry
+/// and mod_revision of every item; no (key, revision) arrives twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
-    let server = Server::start(&["--persistence", "async"]);
+async fn initial_state_raced_by_writes_of_every_kind_mirrors_the_store() {
+    let seed = cairn_testkit::Rng::seed();
+    let server = Server::start(&["--persistence", "async", "-m", "16"]);
     let ch = channel(&server).await;
     let mut kv = KvClient::new(ch.clone());
     let mut c = server.connect();
@@ -116,26 +251,9 @@ async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
     }
     c.send(b"mn\r\n");
     c.read_until(b"MN\r\n");
-    // Writes over memcached while the initial state is being sent.
     let addr = server.addr;
-    let writer = std::thread::spawn(move || {
-        let mut c = common::Conn::new(addr);
-        for i in 0..3000 {
-            match i % 5 {
-                0 => c.send(format!("delete m/{} noreply\r\n", i * 7 % 3000).as_bytes()),
-                _ => c.send(
-                    format!(
-                        "set m/{} 0 0 4 noreply\r\nw{:03}\r\n",
-                        i * 13 % 3500,
-                        i % 1000
-                    )
-                    .as_bytes(),
-                ),
-            }
-        }
-        c.send(b"mn\r\n");
-        c.read_until(b"MN\r\n");
-    });
+    let mc = std::thread::spawn(move || memcached_racer(addr, seed, 3000));
+    let grpc = tokio::spawn(grpc_racer(KvClient::new(ch.clone()), seed ^ 0x9e37, 1500));
     let mut w = Watch::open(
         ch.clone(),
         pb::WatchCreateRequest {
@@ -146,7 +264,7 @@ async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
         },
     )
     .await;
-    let mut mirror = Mirror::new();
+    let mut mirror = FullMirror::new();
     // Unique: no (key, revision) twice over the initial state and the events.
     let mut seen = std::collections::HashSet::new();
     let r = loop {
@@ -154,7 +272,7 @@ async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
         for kv in m.initial_items {
             assert!(seen.insert((kv.key.clone(), kv.mod_revision)));
             assert!(
-                mirror.insert(kv.key.to_vec(), kv.value.to_vec()).is_none(),
+                mirror.insert(kv.key.to_vec(), item_of(&kv)).is_none(),
                 "no key twice"
             );
         }
@@ -162,10 +280,17 @@ async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
             break m.header.unwrap().revision;
         }
     };
-    writer.join().unwrap();
-    let (want, at) = scan_all(&mut kv, b"m/").await;
+    mc.join().unwrap();
+    grpc.await.unwrap();
+    let (want, at) = scan_items(&mut kv, b"m/").await;
+    // Expiry times are far past or an hour ahead: `now` needs no precision.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
     // Apply events after R until the mirror has caught up with the revision of the scan.
     let mut last = r;
+    let mut kinds = std::collections::HashSet::new();
     while last < at {
         let m = w.next().await;
         if !m.events.is_empty() {
@@ -173,12 +298,12 @@ async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
             for e in &m.events {
                 let key = e.kv.as_ref().map(|kv| kv.key.clone()).unwrap_or_default();
                 assert!(seen.insert((key, e.revision)), "{e:?} twice");
+                kinds.insert((e.r#type, e.reason));
             }
-            last = apply(&mut mirror, &m.events);
+            last = apply_full(&mut mirror, &m.events);
         } else if m.progress_notify {
             last = last.max(m.header.unwrap().revision);
-        }
-        if last < at && m.events.is_empty() && !m.progress_notify {
+        } else {
             panic!("unexpected response {m:?}");
         }
         if last < at {
@@ -192,7 +317,24 @@ async fn initial_state_raced_by_memcached_writes_mirrors_the_store() {
             .unwrap();
         }
     }
-    assert_eq!(mirror, want, "initial state + events after R = the store");
+    assert_eq!(
+        alive(&mirror, now),
+        alive(&want, now),
+        "seed {seed}: initial state + events after R = the store"
+    );
+    use pb::event::{DeleteReason as R, EventType as T};
+    for kind in [
+        (T::Put, R::None),
+        (T::Delete, R::Client),
+        (T::Delete, R::Expired),
+        (T::Delete, R::Evicted),
+        (T::Flush, R::Flushed),
+    ] {
+        assert!(
+            kinds.contains(&(kind.0 as i32, kind.1 as i32)),
+            "seed {seed}: the run had no {kind:?} after R"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,4 +423,411 @@ async fn resume_after_kill9_gets_exactly_what_was_missed() {
         .unwrap()
         .into_inner();
     assert!(r.mod_revision > last.revision);
+}
+
+/// Resident memory of a process, from /proc.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// Writes `count` 4 KiB values over memcached (keys `s/0` .. `s/4999`, cycling from
+/// `first`), then `s/mark`, each acknowledged, on a blocking thread.
+async fn write_round(mut c: common::Conn, first: usize, count: usize) -> common::Conn {
+    tokio::task::spawn_blocking(move || {
+        let value = "v".repeat(4096);
+        for i in first..first + count {
+            c.send(format!("set s/{} 0 0 {}\r\n{value}\r\n", i % 5000, value.len()).as_bytes());
+            c.read_until(b"STORED\r\n");
+        }
+        c.send(b"set s/mark 0 0 1\r\nx\r\n");
+        c.read_until(b"STORED\r\n");
+        c
+    })
+    .await
+    .unwrap()
+}
+
+/// Reads a watch until the put of `s/mark`; returns how many puts it saw.
+async fn read_to_mark(w: &mut Watch) -> usize {
+    let mut puts = 0;
+    loop {
+        let m = w.next().await;
+        assert!(!m.canceled, "the reading watcher keeps up: {m:?}");
+        for e in m.events {
+            if e.r#type == pb::event::EventType::Put as i32 {
+                puts += 1;
+                if &e.kv.as_ref().unwrap().key[..] == b"s/mark" {
+                    return puts;
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_never_reads_is_bounded_and_canceled_and_others_keep_up() {
+    let server = Server::start(&[
+        "--persistence",
+        "off",
+        "-m",
+        "16",
+        "--watch-history-mb",
+        "8",
+    ]);
+    let create = || pb::WatchCreateRequest {
+        key: "s/".into(),
+        prefix: true,
+        ..Default::default()
+    };
+    // Fill the store (16 MiB) and the history (8 MiB) first, so that what grows after is
+    // what the watchers hold.
+    let mut c = write_round(server.connect(), 0, 6000).await;
+    // The stalled watcher has a connection of its own and never reads after `created`.
+    let mut stalled = Watch::open(channel(&server).await, create()).await;
+    let mut reader = Watch::open(channel(&server).await, create()).await;
+    let before = rss_bytes(server.child.id());
+    // 120 MiB of events in rounds of 1,000 (4 MiB, half the history), far more than the history, the store and
+    // the stalled watcher's queue. A memcached client writes; the other watcher reads every
+    // round (in step with the writes, so that it never falls out of the history itself).
+    const ROUNDS: usize = 30;
+    const PER_ROUND: usize = 1000;
+    for round in 0..ROUNDS {
+        let (conn, puts) = tokio::join!(
+            write_round(c, round * PER_ROUND, PER_ROUND),
+            read_to_mark(&mut reader)
+        );
+        c = conn;
+        assert_eq!(
+            puts,
+            PER_ROUND + 1,
+            "round {round}: the reading watcher got every write"
+        );
+    }
+    let grown = rss_bytes(server.child.id()).saturating_sub(before);
+    assert!(
+        grown < 40 << 20,
+        "the server grew by {} MiB for a watcher that does not read",
+        grown >> 20
+    );
+    // When it reads at last: what was queued, then the cancel with compact_revision.
+    let mut last_seen = 0;
+    let canceled = loop {
+        let m = stalled.next().await;
+        if m.canceled {
+            break m;
+        }
+        if let Some(e) = m.events.last() {
+            last_seen = e.revision;
+        }
+    };
+    assert!(
+        canceled.compact_revision > last_seen + 1,
+        "compact_revision {} after revision {last_seen}",
+        canceled.compact_revision
+    );
+    assert!(
+        canceled.cancel_reason.contains("initial_state"),
+        "{canceled:?}"
+    );
+    // The server still serves memcached clients and new watches.
+    let mut fresh = Watch::open(channel(&server).await, create()).await;
+    c = write_round(c, 0, 1).await;
+    assert_eq!(read_to_mark(&mut fresh).await, 2);
+    drop(c);
+}
+
+/// One event as a watcher saw it: (revision, key, Some(value) for a put, None for a delete;
+/// a flush has an empty key and None).
+type Seen = (u64, Vec<u8>, Option<Vec<u8>>);
+
+fn seen(e: &pb::Event) -> Seen {
+    let kv = e.kv.clone().unwrap_or_default();
+    let value = (e.r#type == pb::event::EventType::Put as i32).then(|| kv.value.to_vec());
+    (e.revision, kv.key.to_vec(), value)
+}
+
+/// The state after applying `events` (with revision <= `upto`) in order.
+fn state_at(events: &[Seen], upto: u64) -> BTreeMap<Vec<u8>, (Vec<u8>, u64)> {
+    let mut m = BTreeMap::new();
+    for (rev, key, value) in events.iter().filter(|e| e.0 <= upto) {
+        match value {
+            Some(v) => {
+                m.insert(key.clone(), (v.clone(), *rev));
+            }
+            None if key.is_empty() => m.clear(),
+            None => {
+                m.remove(key);
+            }
+        }
+    }
+    m
+}
+
+/// A watch segment: what one connection of a watcher saw, from `start` on.
+struct Segment {
+    start: u64,
+    events: Vec<Seen>,
+    /// Progress revisions, each with how many events had arrived before it.
+    bookmarks: Vec<(u64, usize)>,
+}
+
+/// Reads a segment of up to `responses` responses (events and progress) from a new watch at
+/// `start` (0: from now).
+async fn segment(ch: Channel, start: u64, responses: usize) -> Segment {
+    let mut w = Watch::open_raw(
+        ch,
+        pb::WatchCreateRequest {
+            key: "p/".into(),
+            prefix: true,
+            start_revision: start,
+            progress_notify: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let created = w.next().await;
+    assert!(created.created && !created.canceled, "{created:?}");
+    let mut s = Segment {
+        start: if start == 0 {
+            created.header.unwrap().revision + 1
+        } else {
+            start
+        },
+        events: Vec::new(),
+        bookmarks: Vec::new(),
+    };
+    for _ in 0..responses {
+        let m = w.next().await;
+        assert!(!m.canceled, "{m:?}");
+        if m.progress_notify {
+            s.bookmarks
+                .push((m.header.unwrap().revision, s.events.len()));
+        }
+        s.events.extend(m.events.iter().map(seen));
+    }
+    s
+}
+
+/// Checks a segment against the reference stream: exactly the reference's events from its
+/// start on (Ordered, Unique, Reliable, Resumable), and bookmarks that never run ahead of an
+/// event (Bookmarkable).
+fn check_segment(s: &Segment, reference: &[Seen], what: &str) {
+    let last = s.events.last().map_or(0, |e| e.0);
+    let covered = s.bookmarks.iter().map(|b| b.0).max().unwrap_or(0).max(last);
+    let want: Vec<&Seen> = reference
+        .iter()
+        .filter(|e| e.0 >= s.start && e.0 <= covered)
+        .collect();
+    let got: Vec<&Seen> = s.events.iter().filter(|e| e.0 <= covered).collect();
+    assert_eq!(
+        got, want,
+        "{what}: the events from {} to {covered}",
+        s.start
+    );
+    for &(b, before) in &s.bookmarks {
+        if let Some(next) = s.events.get(before) {
+            assert!(b < next.0, "{what}: bookmark {b} ahead of event {}", next.0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
+    let seed = cairn_testkit::Rng::seed();
+    let rng = std::sync::Arc::new(std::sync::Mutex::new(cairn_testkit::Rng::new(seed)));
+    let below = {
+        let rng = std::sync::Arc::clone(&rng);
+        move |n: u64| rng.lock().unwrap().below(n)
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--persistence",
+        "sync",
+        "--watch-history-mb",
+        "1",
+        "--watch-progress-notify-ms",
+        "20",
+    ];
+    let mut server = Server::start_in(tmp.path(), &args);
+    // The reference: one watch from the first revision on, resumed after the kill.
+    let mut reference: Vec<Seen> = Vec::new();
+    let mut segments: Vec<(Segment, String)> = Vec::new();
+    for phase in 0..2 {
+        let ch = channel(&server).await;
+        let resume = reference.last().map_or(1, |e| e.0 + 1);
+        let (ref_tx, mut ref_rx) = mpsc::unbounded_channel();
+        let ref_task = tokio::spawn({
+            let ch = ch.clone();
+            async move {
+                let mut w = Watch::open_raw(
+                    ch,
+                    pb::WatchCreateRequest {
+                        key: "p/".into(),
+                        prefix: true,
+                        start_revision: resume,
+                        ..Default::default()
+                    },
+                )
+                .await;
+                while let Ok(Some(m)) = w.rx.message().await {
+                    assert!(!m.canceled, "reference: {m:?}");
+                    for e in &m.events {
+                        let _ = ref_tx.send(seen(e));
+                    }
+                }
+            }
+        });
+        // Writers: memcached text and meta, and gRPC.
+        let ops = 250 + below(100);
+        let addr = server.addr;
+        let mc_seed = below(u64::MAX);
+        let mc = std::thread::spawn(move || {
+            let mut r = cairn_testkit::Rng::new(mc_seed);
+            let Ok(s) = std::net::TcpStream::connect(addr) else {
+                return;
+            };
+            let mut c = common::Conn { stream: s };
+            for i in 0..ops {
+                let key = format!("p/{}", r.below(40));
+                let req = match r.below(10) {
+                    0 => format!("delete {key}\r\n"),
+                    1 => format!("md {key}\r\n"),
+                    2 => format!("ms {key} 3\r\nm{:02}\r\n", i % 100),
+                    _ => format!("set {key} 0 0 4\r\nt{:03}\r\n", i % 1000),
+                };
+                use std::io::{Read, Write};
+                if c.stream.write_all(req.as_bytes()).is_err() {
+                    return;
+                }
+                let mut buf = [0u8; 64];
+                if !matches!(c.stream.read(&mut buf), Ok(n) if n > 0) {
+                    return;
+                }
+            }
+        });
+        let grpc_writer = tokio::spawn({
+            let mut kv = KvClient::new(ch.clone());
+            let seed = below(u64::MAX);
+            async move {
+                let mut r = cairn_testkit::Rng::new(seed);
+                for i in 0..ops {
+                    let key = format!("p/{}", r.below(40));
+                    let ok = if r.below(5) == 0 {
+                        kv.delete(pb::DeleteRequest {
+                            key: key.into(),
+                            compare: None,
+                        })
+                        .await
+                    } else {
+                        kv.set(pb::SetRequest {
+                            key: key.into(),
+                            value: format!("g{i:04}").into(),
+                            ..Default::default()
+                        })
+                        .await
+                        .map(|_| tonic::Response::new(pb::DeleteResponse::default()))
+                    };
+                    if let Err(e) = ok {
+                        if e.code() != tonic::Code::NotFound {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        // Watchers that come and go: from now, from a revision seen, resumed at last + 1.
+        for i in 0..6 {
+            while let Ok(e) = ref_rx.try_recv() {
+                reference.push(e);
+            }
+            let start = match below(3) {
+                0 => 0,
+                _ if reference.is_empty() => 0,
+                _ => reference[below(reference.len() as u64) as usize].0,
+            };
+            let s = segment(ch.clone(), start, 1 + below(4) as usize).await;
+            let next = s.events.last().map_or(s.start, |e| e.0 + 1);
+            let resumed = segment(ch.clone(), next, 1 + below(4) as usize).await;
+            segments.push((s, format!("phase {phase} watcher {i}")));
+            segments.push((resumed, format!("phase {phase} watcher {i} resumed")));
+        }
+        if phase == 0 {
+            // kill -9 in the middle of the writes (sync: what was published is on disk).
+            let dir = server.dir.clone();
+            server.kill9();
+            let _ = grpc_writer.await;
+            mc.join().unwrap();
+            let _ = ref_task.await;
+            while let Ok(e) = ref_rx.try_recv() {
+                reference.push(e);
+            }
+            server = Server::start_in(&dir, &args);
+        } else {
+            grpc_writer.await.unwrap();
+            mc.join().unwrap();
+            // Every reference event up to the final revision, then stop it.
+            let (want, at) = scan_all(&mut KvClient::new(ch.clone()), b"p/").await;
+            while reference.last().map_or(0, |e| e.0) < at
+                && state_at(&reference, u64::MAX)
+                    .iter()
+                    .map(|(k, (v, _))| (k.clone(), v.clone()))
+                    .collect::<Mirror>()
+                    != want
+            {
+                reference.push(
+                    tokio::time::timeout(Duration::from_secs(30), ref_rx.recv())
+                        .await
+                        .expect("the reference catches up (a safety net)")
+                        .expect("the reference stream is open"),
+                );
+            }
+            ref_task.abort();
+            // Mirror: the reference applied in order equals the store.
+            let mirror: Mirror = state_at(&reference, u64::MAX)
+                .into_iter()
+                .map(|(k, (v, _))| (k, v))
+                .collect();
+            assert_eq!(mirror, want, "seed {seed}: the reference mirrors the store");
+            // Mirror from an initial state: its items are the reference's state at R.
+            let mut w = Watch::open(
+                ch.clone(),
+                pb::WatchCreateRequest {
+                    key: "p/".into(),
+                    prefix: true,
+                    initial_state: true,
+                    ..Default::default()
+                },
+            )
+            .await;
+            let mut items = Vec::new();
+            let r = loop {
+                let m = w.next().await;
+                items.extend(m.initial_items);
+                if m.initial_state_done {
+                    break m.header.unwrap().revision;
+                }
+            };
+            let at_r = state_at(&reference, r);
+            for kv in &items {
+                assert_eq!(
+                    at_r.get(&kv.key[..]),
+                    Some(&(kv.value.to_vec(), kv.mod_revision)),
+                    "seed {seed}: initial item {kv:?} at {r}"
+                );
+            }
+        }
+    }
+    assert!(
+        reference.windows(2).all(|w| w[0].0 < w[1].0),
+        "seed {seed}: ordered"
+    );
+    for (s, what) in &segments {
+        check_segment(s, &reference, &format!("seed {seed}: {what}"));
+    }
 }
