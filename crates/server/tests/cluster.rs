@@ -65,11 +65,7 @@ fn registered_once_recovered_and_removed_on_sigterm() {
     assert_eq!(c.exchange(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
 
     // SIGTERM: the znode is removed before the process exits.
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigterm(&server.child);
     assert!(server.child.wait().unwrap().success());
     assert_eq!(inspector.data(&path), None, "removed on graceful shutdown");
     assert_eq!(
@@ -724,4 +720,53 @@ fn failover_loses_no_acknowledged_write_and_the_old_primary_rejoins_as_a_replica
         nodes[primary] = Some(back);
         primary = replica;
     }
+}
+
+#[test]
+fn a_former_primary_discards_what_the_new_primary_never_acknowledged() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let address = zk.address();
+    let mut args = group_args(&address, "discard");
+    args.extend(["--replication-timeout-ms", "300"]);
+    let role = |s: &Server| stats(&mut s.connect(), "replication")["role"].clone();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = Server::start_in(dirs[0].path(), &args);
+    let b = Server::start_in(dirs[1].path(), &args);
+    let mut c = a.connect();
+    wait_until("the replica to follow", || {
+        stats(&mut c, "replication")["replicas"] == "1"
+    });
+    assert_eq!(c.exchange(b"set k 0 0 1\r\nk\r\n"), b"STORED\r\n");
+    // The replica stops (gracefully); a write on the primary then has no replica to hold it:
+    // it stays in the primary's log, never acknowledged.
+    let mut b = b;
+    sigterm(&b.child);
+    assert!(b.child.wait().unwrap().success());
+    c.send(b"set u 0 0 1\r\nu\r\n");
+    let reply = String::from_utf8(c.read_to_close()).unwrap();
+    assert!(reply.starts_with("SERVER_ERROR replication"), "{reply}");
+    a.kill9();
+    // The replica comes back and is elected (alone); it never had u.
+    let b = Server::start_in(dirs[1].path(), &args);
+    wait_until("the election", || role(&b) == "primary");
+    assert_eq!(
+        b.connect().exchange(b"mg k v\r\nmg u v\r\n"),
+        b"VA 1\r\nk\r\nEN\r\n"
+    );
+    // The former primary rejoins as a replica: u is gone before it serves.
+    let a = Server::start_in(dirs[0].path(), &args);
+    assert_eq!(role(&a), "replica");
+    assert_eq!(
+        a.connect().exchange(b"mg k v\r\nmg u v\r\n"),
+        b"VA 1\r\nk\r\nEN\r\n"
+    );
+}
+
+/// SIGTERM by PID: a graceful stop.
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
