@@ -432,6 +432,8 @@ impl Member {
         lock_id: i64,
     ) -> Result<(), ClusterError> {
         let lock = self.config.lock_path();
+        // A round that ended on an error may have left its follower running.
+        self.stop_following().await;
         tracing::info!(%primary, "replication group: following the primary");
         self.local.repl.set_role(Role::Replica {
             primary: primary.clone(),
