@@ -643,6 +643,22 @@ impl Flash {
             .await
     }
 
+    /// Brings `key`'s item back to RAM if it is on flash, so that a command that reads and
+    /// changes it (a store, delete, touch, compare) runs on it under the shard lock with RAM
+    /// semantics. Flash entries that share the key's hash tag but were read and found to hold
+    /// other keys are spared by the command that follows (else a store of the key would
+    /// remove them, unable to tell them from the key's own copy in RAM). Every front end
+    /// calls it before such a command.
+    pub async fn bring_to_ram(&self, store: &Store, key: &[u8], now: u32) {
+        if store.flash_candidates(key).is_empty() {
+            return;
+        }
+        let mut others = Vec::new();
+        self.get_noting_others(store, key, now, Promotion::Always, &mut others)
+            .await;
+        store.spare_flash(key, &others);
+    }
+
     /// [`Flash::get`], also noting in `others` the locations read that held other keys
     /// (a shared hash tag) in sealed segments, with their seq, for [`Store::spare_flash`].
     pub async fn get_noting_others(

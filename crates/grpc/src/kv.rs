@@ -2,7 +2,9 @@
 //!
 //! ```text
 //!   request ─ check keys/limits (INVALID_ARGUMENT) ─ writes: refused? (UNAVAILABLE)
-//!     ─ Store::get / Store::entry(key, |e| compare, mode, store) ─ status per outcome
+//!     ─ reads: Store::get, or Flash::get when the flash tier is on (as memcached's get)
+//!     ─ writes: Flash::bring_to_ram(key) when the tier is on, then
+//!       Store::entry(key, |e| compare, mode, store) ─ status per outcome
 //!     ─ writes: persist's one durability path, as memcached writes take it: room() before,
 //!       the store call under capture() (its ticket), acknowledged(ticket) before the reply
 //!       (sync mode: durable; async mode: handed to the kernel) ─ response
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use cairn_flash::Promotion;
 use cairn_store::{Item, ItemMeta, ReadOutcome, StoreError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -98,9 +101,17 @@ fn item_kv(key: &Bytes, item: Item) -> pb::KeyValue {
     key_value(key.clone(), Bytes::from(item.value), &item.meta)
 }
 
+/// Reads `key` as memcached's get does: from RAM, or from flash when the tier is on.
+async fn read(b: &Backend, key: &[u8], now: u32) -> ReadOutcome {
+    match &b.flash {
+        Some(flash) => flash.get(&b.store, key, now, Promotion::IfHot).await,
+        None => b.store.get(key, now),
+    }
+}
+
 /// One lookup of a batch.
-fn lookup(b: &Backend, key: &Bytes, now: u32) -> pb::Lookup {
-    match b.store.get(key, now) {
+async fn lookup(b: &Backend, key: &Bytes, now: u32) -> pb::Lookup {
+    match read(b, key, now).await {
         ReadOutcome::Hit(item) => pb::Lookup {
             found: true,
             kv: Some(item_kv(key, item)),
@@ -117,7 +128,7 @@ fn lookup(b: &Backend, key: &Bytes, now: u32) -> pb::Lookup {
 
 /// Looks up every key, refusing with RESOURCE_EXHAUSTED a reply that would pass the message
 /// size limit.
-fn lookups(b: &Backend, keys: &[Bytes]) -> Result<Vec<pb::Lookup>, Status> {
+async fn lookups(b: &Backend, keys: &[Bytes]) -> Result<Vec<pb::Lookup>, Status> {
     let now = now_unix();
     let max = b
         .config
@@ -126,7 +137,7 @@ fn lookups(b: &Backend, keys: &[Bytes]) -> Result<Vec<pb::Lookup>, Status> {
     let mut bytes = 0usize;
     let mut out = Vec::with_capacity(keys.len());
     for k in keys {
-        let l = lookup(b, k, now);
+        let l = lookup(b, k, now).await;
         bytes += KV_OVERHEAD_BYTES + k.len() + l.kv.as_ref().map_or(0, |kv| kv.value.len());
         if bytes > max {
             return Err(Status::resource_exhausted(format!(
@@ -137,6 +148,12 @@ fn lookups(b: &Backend, keys: &[Bytes]) -> Result<Vec<pb::Lookup>, Status> {
         out.push(l);
     }
     Ok(out)
+}
+
+/// [`check_keys`] then [`lookups`].
+async fn checked_lookups(b: &Backend, keys: &[Bytes]) -> Result<Vec<pb::Lookup>, Status> {
+    check_keys(b, keys)?;
+    lookups(b, keys).await
 }
 
 /// The expiry a request asks for: absolute when given, else relative seconds (0 = never).
@@ -182,15 +199,23 @@ fn store_error(b: &Backend, e: StoreError) -> Status {
 }
 
 impl KvService {
-    /// Runs one write against the store through the one durability path: refused while the
-    /// log has failed, waits for room in the log first, and returns only once what it wrote
-    /// is safe in the mode in force.
-    async fn write<T>(&self, f: impl FnOnce() -> Result<T, Status>) -> Result<T, Status> {
+    /// Runs one write of `key` against the store through the one durability path: refused
+    /// while the log has failed, waits for room in the log first (and brings the key's item
+    /// back from flash, so that the write sees it), and returns only once what it wrote is
+    /// safe in the mode in force.
+    async fn write<T>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce() -> Result<T, Status>,
+    ) -> Result<T, Status> {
         if let Some(p) = &self.b.persist {
             if let Some(why) = p.client_write_refusal() {
                 return Err(Status::unavailable(format!("writes refused: {why}")));
             }
             p.room().await;
+        }
+        if let Some(flash) = &self.b.flash {
+            flash.bring_to_ram(&self.b.store, key, now_unix()).await;
         }
         let (r, ticket) = cairn_persist::capture(f);
         if let Some(p) = &self.b.persist {
@@ -221,13 +246,16 @@ impl Kv for KvService {
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let started = Instant::now();
         let key = req.into_inner().key;
-        let r = check_key(&key).and_then(|()| match self.b.store.get(&key, now_unix()) {
-            ReadOutcome::Hit(item) => Ok(pb::GetResponse {
-                header: header(&self.b),
-                kv: Some(item_kv(&key, item)),
-            }),
-            ReadOutcome::Miss | ReadOutcome::Expired => Err(Status::not_found("no such key")),
-        });
+        let r = match check_key(&key) {
+            Err(e) => Err(e),
+            Ok(()) => match read(&self.b, &key, now_unix()).await {
+                ReadOutcome::Hit(item) => Ok(pb::GetResponse {
+                    header: header(&self.b),
+                    kv: Some(item_kv(&key, item)),
+                }),
+                ReadOutcome::Miss | ReadOutcome::Expired => Err(Status::not_found("no such key")),
+            },
+        };
         self.finish(Method::Get, started, r)
     }
 
@@ -237,12 +265,12 @@ impl Kv for KvService {
     ) -> Result<Response<pb::BatchGetResponse>, Status> {
         let started = Instant::now();
         let keys = req.into_inner().keys;
-        let r = check_keys(&self.b, &keys).and_then(|()| {
-            Ok(pb::BatchGetResponse {
+        let r = checked_lookups(&self.b, &keys)
+            .await
+            .map(|results| pb::BatchGetResponse {
                 header: header(&self.b),
-                results: lookups(&self.b, &keys)?,
-            })
-        });
+                results,
+            });
         self.finish(Method::BatchGet, started, r)
     }
 
@@ -261,7 +289,7 @@ impl Kv for KvService {
         let r = match check_key(&req.key) {
             Err(e) => Err(e),
             Ok(()) => {
-                self.write(|| {
+                self.write(&req.key, || {
                     self.b.store.entry(&req.key, now_unix(), |e| {
                         let current = e.peek().map(|(m, _)| m);
                         compare(&req.compare, current.as_ref())?;
@@ -290,7 +318,7 @@ impl Kv for KvService {
         let r = match check_key(&req.key) {
             Err(e) => Err(e),
             Ok(()) => {
-                self.write(|| {
+                self.write(&req.key, || {
                     let now = now_unix();
                     let exptime = expiry(req.ttl_seconds, req.expires_at, now);
                     self.b.store.entry(&req.key, now, |e| {
@@ -346,7 +374,7 @@ impl Kv for KvService {
                     }
                 };
                 let started = Instant::now();
-                let answer = check_keys(&b, &msg.keys).and_then(|()| lookups(&b, &msg.keys));
+                let answer = checked_lookups(&b, &msg.keys).await;
                 b.stats.record(Method::StreamGet, started, answer.is_ok());
                 let reply = match answer {
                     Ok(results) => pb::StreamGetResponse {
@@ -376,7 +404,7 @@ impl KvService {
         let mode = pb::SetMode::try_from(req.mode)
             .map_err(|_| Status::invalid_argument(format!("unknown set mode {}", req.mode)))?;
         let meta = self
-            .write(|| {
+            .write(&req.key, || {
                 let now = now_unix();
                 let exptime = expiry(req.ttl_seconds, req.expires_at, now);
                 self.b.store.entry(&req.key, now, |e| {

@@ -3,7 +3,9 @@
 //! end uses.
 //!
 //! ```text
-//!   gRPC client ── HTTP/2 (tonic, optional rustls) ──> KV  ──> Store::get / Store::entry
+//!   gRPC client ── HTTP/2 (tonic, optional rustls) ──> KV  ──> Store::get (or Flash::get) /
+//!                                                      │   Store::entry (after
+//!                                                      │   Flash::bring_to_ram)
 //!                                                      │         │ mutation (shard lock)
 //!                                                      │         v
 //!                                                      │   LogSink ─ LSN ─> Hub (hub.rs)
@@ -68,6 +70,9 @@ pub struct Backend {
     pub store: Arc<Store>,
     /// Command log and checkpoints; None without persistence.
     pub persist: Option<Arc<Persistence>>,
+    /// The flash tier, if one is on: reads look there too, and writes bring the key's item
+    /// back to RAM first, as memcached commands do.
+    pub flash: Option<Arc<cairn_flash::Flash>>,
     pub hub: Arc<Hub>,
     pub stats: Arc<GrpcStats>,
     pub config: GrpcConfig,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   get/gets ──> cmd::get::one_async ──> Flash::get (device read awaited, no lock held)
-//!   any other keyed command ──> resolve(key): Flash::get with Promotion::Always (the item
+//!   any other keyed command ──> resolve(key): Flash::bring_to_ram (the item
 //!        is in RAM now, CAS and metadata kept) ──> cmd::execute: the RAM path, unchanged
 //! ```
 //!
@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use cairn_flash::{Flash, FlashConfig, Promotion};
+use cairn_flash::{Flash, FlashConfig};
 use cairn_proto::{MetaCmd, Request};
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -75,19 +75,9 @@ pub async fn resolve(ctx: &Ctx, request: &Request) {
     resolve_key(ctx, flash, key).await;
 }
 
-/// [`resolve`] for one key. Flash entries that share the key's hash tag but were read and
-/// found to hold other keys are spared by the command that follows (else a store of the key
-/// would remove them, unable to tell them from the key's own copy in RAM).
+/// [`resolve`] for one key ([`Flash::bring_to_ram`]).
 pub async fn resolve_key(ctx: &Ctx, flash: &Flash, key: &[u8]) {
-    if ctx.store.flash_candidates(key).is_empty() {
-        return;
-    }
-    let now = ctx.now();
-    let mut others = Vec::new();
-    flash
-        .get_noting_others(&ctx.store, key, now, Promotion::Always, &mut others)
-        .await;
-    ctx.store.spare_flash(key, &others);
+    flash.bring_to_ram(&ctx.store, key, ctx.now()).await;
 }
 
 /// The tier's figures, added to the general `stats` block (as memcached adds extstore's),

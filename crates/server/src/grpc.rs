@@ -22,6 +22,7 @@ pub async fn prepare(
     let backend = Arc::new(Backend {
         store: Arc::clone(&ctx.store),
         persist: ctx.persist.clone(),
+        flash: ctx.flash.clone(),
         hub: ctx.hub.clone().ok_or("the gRPC API is off")?,
         stats: Arc::clone(&ctx.grpc_stats),
         config: GrpcConfig {

@@ -572,3 +572,110 @@ fn bad_flash_settings_refuse_to_start_naming_the_path() {
         assert!(err.contains("f.dat") && err.contains("O_DIRECT"), "{err}");
     }
 }
+
+/// The gRPC API on items whose copy is on flash: Get, BatchGet and StreamGet read them (the
+/// revision kept), and writes see them (ADD refuses, a compare holds, a delete removes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_reads_and_writes_see_flash_items() {
+    use cairn_grpc::pb::{self, kv_client::KvClient};
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(tmp.path(), "off");
+    let url = format!("http://{}", server.grpc_addr.expect("gRPC is on"));
+    let mut kv = KvClient::connect(url).await.unwrap();
+    let set = |key: &'static str| {
+        let mut kv = kv.clone();
+        async move {
+            kv.set(pb::SetRequest {
+                key: key.into(),
+                value: format!("value of {key}").into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    let a = set("a").await;
+    let b = set("b").await;
+    set("c").await;
+    let d = set("d").await;
+    let mut c = server.connect();
+    push_to_flash(&mut c, 1);
+    assert_eq!(stat(&mut c, "evictions"), 0.0);
+    let flash_reads = stat(&mut c, "get_extstore");
+    let got = kv
+        .get(pb::GetRequest { key: "a".into() })
+        .await
+        .expect("a flash item is a hit over gRPC")
+        .into_inner()
+        .kv
+        .unwrap();
+    assert_eq!(
+        (&got.value[..], got.cas, got.mod_revision),
+        (&b"value of a"[..], a.cas, a.mod_revision)
+    );
+    let batch = kv
+        .batch_get(pb::BatchGetRequest {
+            keys: vec!["b".into(), "missing".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let found: Vec<_> = batch.results.iter().map(|l| l.found).collect();
+    assert_eq!(found, [true, false]);
+    assert_eq!(
+        batch.results[0].kv.as_ref().unwrap().mod_revision,
+        b.mod_revision
+    );
+    let mut answers = kv
+        .stream_get(tokio_stream::iter([pb::StreamGetRequest {
+            request_id: 7,
+            keys: vec!["c".into()],
+        }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(
+        &answer.results[0].kv.as_ref().unwrap().value[..],
+        b"value of c"
+    );
+    assert!(
+        stat(&mut c, "get_extstore") >= flash_reads + 3.0,
+        "read from flash"
+    );
+    // Writes: ADD sees the flash item, a compare on its revision holds, a delete removes it.
+    let e = kv
+        .set(pb::SetRequest {
+            key: "d".into(),
+            value: "new".into(),
+            mode: pb::SetMode::Add as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists);
+    kv.set(pb::SetRequest {
+        key: "d".into(),
+        value: "new".into(),
+        compare: Some(pb::Compare {
+            target: Some(pb::compare::Target::ModRevision(d.mod_revision)),
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("the compare on a flash item's revision holds");
+    kv.delete(pb::DeleteRequest {
+        key: "b".into(),
+        compare: None,
+    })
+    .await
+    .expect("a flash item is deleted");
+    golden(
+        &mut c,
+        &[
+            ("get b\r\n", "END\r\n"),
+            ("get d\r\n", "VALUE d 0 3\r\nnew\r\nEND\r\n"),
+        ],
+    );
+}
