@@ -480,25 +480,27 @@ async fn a_watcher_that_never_reads_is_bounded_and_canceled_and_others_keep_up()
         "-m",
         "16",
         "--watch-history-mb",
-        "8",
+        "32",
     ]);
     let create = || pb::WatchCreateRequest {
         key: "s/".into(),
         prefix: true,
         ..Default::default()
     };
-    // Fill the store (16 MiB) and the history (8 MiB) first, so that what grows after is
+    // Fill the store (16 MiB) and the history (32 MiB: an overwrite's event holds the new
+    // and the previous value, an eviction's the value) first, so that what grows after is
     // what the watchers hold.
-    let mut c = write_round(server.connect(), 0, 6000).await;
+    let mut c = write_round(server.connect(), 0, 10_000).await;
     // The stalled watcher has a connection of its own and never reads after `created`.
     let mut stalled = Watch::open(channel(&server).await, create()).await;
     let mut reader = Watch::open(channel(&server).await, create()).await;
     let before = rss_bytes(server.child.id());
-    // 120 MiB of events in rounds of 1,000 (4 MiB, half the history), far more than the history, the store and
-    // the stalled watcher's queue. A memcached client writes; the other watcher reads every
-    // round (in step with the writes, so that it never falls out of the history itself).
-    const ROUNDS: usize = 30;
-    const PER_ROUND: usize = 1000;
+    // 120 MiB of values in rounds of 250 (about 3 MiB of events, a tenth of the history), far
+    // more than the history, the store and the stalled watcher's queue. A memcached client
+    // writes; the other watcher reads every round (in step with the writes, so that it never
+    // falls out of the history itself).
+    const ROUNDS: usize = 120;
+    const PER_ROUND: usize = 250;
     for round in 0..ROUNDS {
         let (conn, puts) = tokio::join!(
             write_round(c, round * PER_ROUND, PER_ROUND),
