@@ -303,6 +303,7 @@ struct Crash {
     restart_to_ready_ms: f64,
     recovery_ms: f64,
     recovered_flash_items: f64,
+    recovered_log_records: f64,
     index_rebuild_items_per_sec: f64,
     checked: u64,
     lost: u64,
@@ -402,6 +403,7 @@ fn crash(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<Crash, String> {
         .collect();
     crash.recovery_ms = ps.get("recovery_ms").copied().unwrap_or(0.0);
     crash.recovered_flash_items = ps.get("recovered_flash_items").copied().unwrap_or(0.0);
+    crash.recovered_log_records = ps.get("recovered_log_records").copied().unwrap_or(0.0);
     crash.index_rebuild_items_per_sec = ratio(
         crash.recovered_flash_items * 1000.0,
         crash.recovery_ms.max(1.0),
@@ -468,6 +470,23 @@ fn crash(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<Crash, String> {
     Ok(crash)
 }
 
+/// F5's row of the table.
+fn f5_row(f5: &Crash) -> String {
+    format!(
+        "| F5 | kill -9, {} keys, sync: restart to ready | {:.0} ms (recovery {:.0} ms, {:.0} flash items restored of {:.0}, {:.0} items/s; {:.0} log records replayed); {} checked: {} lost, {} came back | | | | <= 3 s, 0, 0 |\n",
+        f5.keys,
+        f5.restart_to_ready_ms,
+        f5.recovery_ms,
+        f5.recovered_flash_items,
+        f5.flash_items_before,
+        f5.index_rebuild_items_per_sec,
+        f5.recovered_log_records,
+        f5.checked,
+        f5.lost,
+        f5.came_back
+    )
+}
+
 pub fn run(args: &SuiteArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.out_dir)
         .map_err(|e| format!("{}: {e}", args.out_dir.display()))?;
@@ -486,6 +505,33 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
             eprintln!("[flash] {s}");
         }
     };
+    match args.flash_phases.as_str() {
+        "all" => {}
+        "f5" => {
+            say("F5 alone: cairn with flash, persistence sync: insert, kill -9, restart");
+            let f5 = crash(args, &dir, flash_mb)?;
+            let mut md = format!(
+                "flash suite, F5 alone: {} keys of {} bytes, -m {} MiB, flash {} MiB; 2 cores \
+                 shared by the server, the load generator and other work.\n\n",
+                args.keys, args.data_size, args.ram_mb, flash_mb
+            );
+            md.push_str(&f5_row(&f5));
+            println!("{md}");
+            std::fs::write(args.out_dir.join("flash-f5-results.md"), &md)
+                .map_err(|e| e.to_string())?;
+            let json = serde_json::json!({
+                "keys": args.keys, "data_size": args.data_size, "ram_mb": args.ram_mb,
+                "flash_mb": flash_mb, "f5": f5,
+            });
+            std::fs::write(
+                args.out_dir.join("flash-f5-results.json"),
+                serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        other => return Err(format!("--flash-phases {other:?}: expected all or f5")),
+    }
 
     say(&format!(
         "cairn RAM-only (-m {ram_only_mb}): insert {} keys",
@@ -614,19 +660,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
         m.rss_bytes_per_flash_item,
         m.flash_items
     );
-    let _ = writeln!(
-        md,
-        "| F5 | kill -9, {} keys, sync: restart to ready | {:.0} ms (recovery {:.0} ms, {:.0} flash items restored of {:.0}, {:.0} items/s); {} checked: {} lost, {} came back | | | | <= 3 s, 0, 0 |",
-        f5.keys,
-        f5.restart_to_ready_ms,
-        f5.recovery_ms,
-        f5.recovered_flash_items,
-        f5.flash_items_before,
-        f5.index_rebuild_items_per_sec,
-        f5.checked,
-        f5.lost,
-        f5.came_back
-    );
+    md.push_str(&f5_row(&f5));
     let _ = writeln!(
         md,
         "| F6 | write amplification, 9:1 sets:gets, hot gets | {:.2} | {:.2} | | | <= 1.5 |",

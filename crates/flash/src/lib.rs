@@ -852,14 +852,25 @@ impl Flash {
         self.recovering.store(on, Relaxed);
     }
 
-    /// Whether recovery may restore an entry at `loc` recorded with `seq` (its segment was
-    /// kept by [`Flash::recover_pins`] with that seq).
-    pub fn trusts(&self, loc: FlashLoc, seq: u64) -> bool {
-        let seg = self.seg_of(loc.block());
+    /// For each (entry, seq): whether recovery may restore an entry at that place recorded
+    /// with that seq (its segment was kept by [`Flash::recover_pins`] with that seq). One hold
+    /// of the tier's lock for all.
+    pub fn trusts(&self, entries: &[(FlashLoc, u64)]) -> Vec<bool> {
         let inner = self.inner.lock();
-        inner.segs.get(seg as usize).is_some_and(|s| {
-            s.pinned && s.seq == seq && s.state == SegState::Sealed && self.trust_existing
-        })
+        entries
+            .iter()
+            .map(|&(loc, seq)| {
+                inner
+                    .segs
+                    .get(self.seg_of(loc.block()) as usize)
+                    .is_some_and(|s| {
+                        s.pinned
+                            && s.seq == seq
+                            && s.state == SegState::Sealed
+                            && self.trust_existing
+                    })
+            })
+            .collect()
     }
 
     /// A checkpoint starts: no segment is named by it yet.
@@ -1208,9 +1219,11 @@ impl FlashTier for Flash {
         }
     }
 
-    fn restore(&self, loc: FlashLoc) {
-        let seg = self.seg_of(loc.block());
-        self.inner.lock().segs[seg as usize].live += 1;
+    fn restore(&self, locs: &[FlashLoc]) {
+        let mut inner = self.inner.lock();
+        for loc in locs {
+            inner.segs[self.seg_of(loc.block()) as usize].live += 1;
+        }
     }
 
     fn key_at(&self, loc: FlashLoc, key: &[u8]) -> KeyAt {

@@ -254,39 +254,45 @@ fn load_one_snapshot(
     let dropped = AtomicU64::new(0);
     let flash_restored = AtomicU64::new(0);
     let flash_dropped = AtomicU64::new(0);
-    let snap = snapshot::load(fs, path, recovery_threads(), |rec| {
-        let it = match rec {
-            snapshot::SnapRecord::Item(it) => it,
-            snapshot::SnapRecord::Flash(e) => {
-                let loc = cairn_store::FlashLoc(e.loc);
-                let fits = e.shard_count as usize == store.shard_count()
-                    && flash.is_some_and(|f| f.trusts(loc, e.seq));
-                if fits {
-                    store.restore_flash(e.shard as usize, loc);
-                    flash_restored.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    flash_dropped.fetch_add(1, Ordering::Relaxed);
+    let snap = snapshot::load(fs, path, recovery_threads(), |records| {
+        // Flash entries of the block: checked and restored in batches, a shard (and the
+        // tier's lock) taken once per batch instead of once per entry.
+        let mut entries = Vec::new();
+        for rec in records {
+            let it = match rec {
+                snapshot::SnapRecord::Item(it) => it,
+                snapshot::SnapRecord::Flash(e) => {
+                    if e.shard_count as usize == store.shard_count() && flash.is_some() {
+                        entries.push((e.shard, cairn_store::FlashLoc(e.loc), e.seq));
+                    } else {
+                        flash_dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
                 }
-                return;
+            };
+            // An item that expired while cairn was down is not loaded at all.
+            if it.exptime != 0 && it.exptime <= now {
+                store.raise_cas_floor(it.cas);
+            } else if !replay::apply(
+                store,
+                now,
+                it.mod_revision,
+                record::Record::Stored {
+                    key: it.key,
+                    value: it.value,
+                    flags: it.flags,
+                    exptime: it.exptime,
+                    cas: it.cas,
+                    stale: it.stale,
+                },
+            ) {
+                dropped.fetch_add(1, Ordering::Relaxed);
             }
-        };
-        // An item that expired while cairn was down is not loaded at all.
-        if it.exptime != 0 && it.exptime <= now {
-            store.raise_cas_floor(it.cas);
-        } else if !replay::apply(
-            store,
-            now,
-            it.mod_revision,
-            record::Record::Stored {
-                key: it.key,
-                value: it.value,
-                flags: it.flags,
-                exptime: it.exptime,
-                cas: it.cas,
-                stale: it.stale,
-            },
-        ) {
-            dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        if let (Some(f), false) = (flash, entries.is_empty()) {
+            let (restored, lost) = restore_flash(store, f, &entries);
+            flash_restored.fetch_add(restored, Ordering::Relaxed);
+            flash_dropped.fetch_add(lost, Ordering::Relaxed);
         }
     })?;
     store.raise_cas_floor(snap.cas_floor);
@@ -303,6 +309,34 @@ fn load_one_snapshot(
     }
     stats.snapshot_bytes = fs.open(path).and_then(|f| f.size()).unwrap_or(0);
     Ok(snap.lsn)
+}
+
+/// Puts back the flash entries (shard, entry, seq) of one snapshot block that the tier still
+/// trusts, one shard lock per shard's run; returns (restored, not trusted).
+fn restore_flash(
+    store: &Store,
+    flash: &cairn_flash::Flash,
+    entries: &[(u32, cairn_store::FlashLoc, u64)],
+) -> (u64, u64) {
+    let places: Vec<_> = entries.iter().map(|&(_, loc, seq)| (loc, seq)).collect();
+    let trusted = flash.trusts(&places);
+    let lost = trusted.iter().filter(|t| !**t).count() as u64;
+    let mut kept: Vec<(u32, cairn_store::FlashLoc)> = entries
+        .iter()
+        .zip(trusted)
+        .filter(|(_, t)| *t)
+        .map(|(&(shard, loc, _), _)| (shard, loc))
+        .collect();
+    // The snapshot writes shard by shard: a block's entries are mostly of one shard already.
+    kept.sort_by_key(|&(shard, _)| shard);
+    let restored = kept.len() as u64;
+    let mut locs = Vec::new();
+    for run in kept.chunk_by(|a, b| a.0 == b.0) {
+        locs.clear();
+        locs.extend(run.iter().map(|&(_, loc)| loc));
+        store.restore_flash(run[0].0 as usize, &locs);
+    }
+    (restored, lost)
 }
 
 /// Replays the log after the loaded snapshot and checks that it is the log of this data: it

@@ -267,10 +267,11 @@ pub struct Loaded {
 /// ```text
 ///   calling thread: header, trailer, then every block's 8-byte head ─> block index
 ///   worker k of n:  the k-th contiguous part of the index: read block, check CRC, decode,
-///                   f(item)
+///                   f(the block's records)
 /// ```
 ///
-/// `f` runs on `workers` threads at once, in no particular order: a snapshot holds each key
+/// `f` gets each block's records at once (so that a caller can apply many under one lock),
+/// and runs on `workers` threads at once, in no particular order: a snapshot holds each key
 /// once, so the order items are applied in does not change the result. Each worker takes a
 /// contiguous part of the file, and the file is written shard by shard, so workers mostly
 /// fill different store shards. On an error some items may already have been passed to `f`
@@ -279,7 +280,7 @@ pub fn load(
     fs: &dyn FileSystem,
     path: &Path,
     workers: usize,
-    f: impl Fn(SnapRecord<'_>) + Sync,
+    f: impl Fn(&[SnapRecord<'_>]) + Sync,
 ) -> Result<Loaded, PersistError> {
     let file = fs.open(path).map_err(|e| PersistError::io(path, e))?;
     let size = file.size().map_err(|e| PersistError::io(path, e))?;
@@ -353,15 +354,16 @@ pub fn load(
                 return Err(bad(path, at, "block checksum mismatch"));
             }
             let mut p = 0usize;
-            let mut block_items = 0u64;
+            let mut records = Vec::new();
             while p < block.len() {
                 let (record, len) = decode_record(&block[p..], version, lsn)
                     .ok_or_else(|| bad(path, at + 8 + p as u64, "bad item in block"))?;
                 p += len;
-                f(record);
-                items += 1;
-                block_items += 1;
+                records.push(record);
             }
+            f(&records);
+            let block_items = records.len() as u64;
+            items += block_items;
             let before = progress.fetch_add(block_items, Ordering::Relaxed);
             if (before + block_items) / 1_000_000 > before / 1_000_000 {
                 tracing::info!(

@@ -426,12 +426,14 @@ fn a_version_1_snapshot_still_loads() {
     file.extend_from_slice(&trailer);
     fs.create(path).unwrap().write_at(0, &file).unwrap();
     let items = std::sync::Mutex::new(Vec::new());
-    let loaded = snapshot::load(&fs, path, 1, |rec| {
-        if let snapshot::SnapRecord::Item(it) = rec {
-            items
-                .lock()
-                .unwrap()
-                .push((it.key.to_vec(), it.cas, it.mod_revision))
+    let loaded = snapshot::load(&fs, path, 1, |recs| {
+        for rec in recs {
+            if let snapshot::SnapRecord::Item(it) = rec {
+                items
+                    .lock()
+                    .unwrap()
+                    .push((it.key.to_vec(), it.cas, it.mod_revision))
+            }
         }
     })
     .unwrap();

@@ -159,8 +159,8 @@ pub trait FlashTier: Send + Sync {
     /// The index dropped an entry (overwrite, delete, flush, expiry, reclaim): its bytes on
     /// flash are dead space from now on.
     fn release(&self, loc: FlashLoc);
-    /// An entry was put back in the index by recovery (it was live at the checkpoint).
-    fn restore(&self, loc: FlashLoc);
+    /// Entries were put back in the index by recovery (they were live at the checkpoint).
+    fn restore(&self, locs: &[FlashLoc]);
     /// The sequence number of `loc`'s segment if it is written and sealed (no item can be
     /// added to it any more), else None.
     fn sealed_seq(&self, loc: FlashLoc) -> Option<u64>;

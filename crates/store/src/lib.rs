@@ -532,14 +532,20 @@ impl Store {
         }
     }
 
-    /// Recovery: puts back a flash entry a checkpoint recorded in shard `index` (the same
-    /// shard count as then). The caller checked that the device still holds that copy.
-    pub fn restore_flash(&self, index: usize, loc: FlashLoc) {
+    /// Recovery: puts back flash entries a checkpoint recorded in shard `index` (the same
+    /// shard count as then), under one hold of its lock. The caller checked that the device
+    /// still holds those copies.
+    pub fn restore_flash(&self, index: usize, locs: &[FlashLoc]) {
         let mut shard = self.shards[index].lock();
         if let Some(t) = &shard.tier {
-            t.restore(loc);
+            t.restore(locs);
         }
-        shard.flash_insert(loc);
+        shard
+            .flash
+            .reserve(locs.len(), |l| FlashLoc::table_hash(l.tag()));
+        for &loc in locs {
+            shard.flash_insert(loc);
+        }
     }
 
     /// Runs `f` with exclusive access to one key's slot (the shard lock is held during `f`).
