@@ -21,6 +21,7 @@ figures from the same run, not against another run.
 import argparse
 import os
 import re
+import shlex
 import shutil
 import socket
 import statistics
@@ -93,8 +94,9 @@ def start(name, args, port):
         cmd = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "2",
                "-m", "1024", "-c", "4096", "-u", "root"]
     else:
-        binary = name.split("=", 1)[1] if "=" in name else args.cairn_bin
-        cmd = [binary, "-p", str(port), "-t", "2", "-m", "1024", "--persistence", "off"]
+        # LABEL=PATH may carry arguments of its own ("uring=PATH --uring").
+        binary = shlex.split(name.split("=", 1)[1]) if "=" in name else [args.cairn_bin]
+        cmd = binary + ["-p", str(port), "-t", "2", "-m", "1024", "--persistence", "off"]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_ready(port)
     return p
@@ -269,16 +271,18 @@ def main():
         print("| " + " | ".join(cells) + " |")
     if args.rounds > 1:
         print(f"\nmedians of {args.rounds} rounds (alternating):\n")
-        print("| server | ops/s | CPU us/op | user us/op | system us/op |")
-        print("|---|---|---|---|---|")
+        calls = [c for c in cols if c not in ("server", "ops_per_s") and "us_per_op" not in c]
+        print("| server | ops/s | CPU us/op | user us/op | system us/op |"
+              + "".join(f" {c} /op |" for c in calls))
+        print("|---|---|---|---|---|" + "---|" * len(calls))
         for name in dict.fromkeys(r["server"] for r in rows):
             mine = [r for r in rows if r["server"] == name]
-            med = {c: statistics.median(r[c] for r in mine)
-                   for c in ("ops_per_s", "cpu_us_per_op", "user_us_per_op",
-                             "system_us_per_op")}
+            med = {c: statistics.median(r.get(c, 0) for r in mine)
+                   for c in ["ops_per_s", "cpu_us_per_op", "user_us_per_op",
+                             "system_us_per_op"] + calls}
             print(f"| {name} | {med['ops_per_s']:,.0f} | {med['cpu_us_per_op']:.2f} | "
-                  f"{med['user_us_per_op']:.2f} | {med['system_us_per_op']:.2f} |")
-
+                  f"{med['user_us_per_op']:.2f} | {med['system_us_per_op']:.2f} |"
+                  + "".join(f" {med[c]:.2f} |" for c in calls))
 
 if __name__ == "__main__":
     main()
