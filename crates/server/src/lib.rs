@@ -107,6 +107,7 @@ impl Ctx {
     /// (`cairn_wal::DelayedSyncFs`); `CAIRN_TEST_LOG_PENDING_KIB=N` bounds the log bytes that
     /// wait for the disk at N KiB instead of 16 MiB, so a test fills the bound quickly.
     pub fn open(config: Config) -> Result<Arc<Ctx>, String> {
+        start_clock().map_err(|e| format!("refusing to start: {e}"))?;
         let env = |name: &str| {
             std::env::var(name)
                 .ok()
@@ -272,9 +273,10 @@ impl Ctx {
         }
     }
 
-    /// The time in unix seconds, as commands, TTLs and last access times use it.
+    /// The time in unix seconds, as commands, TTLs and last access times use it: the ticked
+    /// clock ([`ticked_now_unix`]), not a wall clock read per request.
     pub fn now(&self) -> u32 {
-        now_unix().saturating_add(self.clock_ahead_secs.load(Ordering::Relaxed))
+        ticked_now_unix().saturating_add(self.clock_ahead_secs.load(Ordering::Relaxed))
     }
 
     /// Moves this server's clock `secs` ahead of the wall clock (tests of TTLs and last access
@@ -316,6 +318,47 @@ pub fn now_unix() -> u32 {
         .map_or(0, |d| d.as_secs() as u32)
 }
 
+/// The wall clock in unix seconds as of its last tick: memcached's `current_time`, which its
+/// clock event sets once a second, so that a request reads a number instead of the clock.
+/// Reading the wall clock (`SystemTime::now`) costs tens of ns on this machine's virtual TSC
+/// and a request read it two or three times; this is one relaxed load. Seconds are all
+/// commands need (expiry, last access); latencies keep measuring with `Instant`. Before
+/// [`start_clock`] (a store used without a server) it reads the wall clock.
+pub fn ticked_now_unix() -> u32 {
+    match TICKED.load(Ordering::Relaxed) {
+        0 => now_unix(),
+        now => now,
+    }
+}
+
+static TICKED: AtomicU32 = AtomicU32::new(0);
+
+/// Starts the thread (`cairn-clock`, once per process) that sets [`ticked_now_unix`] just
+/// after each whole second of the wall clock.
+pub fn start_clock() -> std::io::Result<()> {
+    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
+    let started = STARTED.get_or_init(|| {
+        TICKED.store(now_unix(), Ordering::Relaxed);
+        let tick = || loop {
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            TICKED.store(wall.as_secs() as u32, Ordering::Relaxed);
+            let to_next_second = 1_000_000_000 - u64::from(wall.subsec_nanos());
+            std::thread::sleep(std::time::Duration::from_nanos(to_next_second + 100_000));
+        };
+        std::thread::Builder::new()
+            .name("cairn-clock".into())
+            .spawn(tick)
+            .map(drop)
+            .map_err(|e| {
+                TICKED.store(0, Ordering::Relaxed);
+                format!("cannot start the clock thread: {e}")
+            })
+    });
+    started.clone().map_err(std::io::Error::other)
+}
+
 /// memcached's expiry rule: 0 never; up to 30 days relative; larger is an absolute unix time;
 /// negative (or an absolute time already past) is expired at once. Returns absolute seconds.
 pub fn absolute_exptime(exptime: i64, now: u32) -> u32 {
@@ -331,6 +374,24 @@ pub fn absolute_exptime(exptime: i64, now: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ticked clock starts at the wall clock's second and moves on by itself (polled
+    /// with a deadline: it ticks once a second).
+    #[test]
+    fn the_ticked_clock_follows_the_wall_clock() {
+        start_clock().unwrap();
+        let first = ticked_now_unix();
+        assert!(first.abs_diff(now_unix()) <= 1, "{first} vs {}", now_unix());
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        while ticked_now_unix() == first {
+            assert!(
+                Instant::now() < deadline,
+                "the clock stood still at {first}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(ticked_now_unix().abs_diff(now_unix()) <= 1);
+    }
 
     #[test]
     fn exptime_rules() {
