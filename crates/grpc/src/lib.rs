@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cairn_persist::Persistence;
 use cairn_store::Store;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 pub use hub::Hub;
 pub use replication::ReplicaAcks;
@@ -108,8 +108,12 @@ impl Prepared {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
+        // The builder's tcp_nodelay applies only to listeners it binds itself: set it on the
+        // accepted sockets here, or Nagle's algorithm holds small responses for the client's
+        // delayed ACK (about 40 ms a request at low concurrency).
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         self.router
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(incoming, shutdown)
             .await
             .map_err(|e| format!("gRPC server: {e}"))
     }
