@@ -507,3 +507,41 @@ proptest! {
         prop_assert!(is_expected);
     }
 }
+
+/// memcached's tokenizer splits on spaces only: every other byte but NUL is a key byte, so
+/// memaslap's keys (eight 0x10 bytes, then letters), tabs, DEL and UTF-8 are keys.
+#[test]
+fn keys_hold_any_byte_but_space_and_nul() {
+    for key in [
+        &b"\x10\x10\x10\x10\x10\x10\x10\x10abcdefgh"[..],
+        b"a\tb",
+        b"a\rb",
+        b"\x01",
+        b"a\x7fb",
+        b"\xc3\xa9\xff",
+    ] {
+        let line = [b"get ", key, b"\r\n"].concat();
+        assert!(
+            matches!(ok(&line).0, Request::Get { ref keys, .. } if keys.iter().eq([key])),
+            "get {key:?}"
+        );
+        let set = [b"set ", key, b" 0 0 1\r\nx\r\n"].concat();
+        assert!(
+            matches!(ok(&set).0, Request::Store { key: ref k, .. } if k == key),
+            "set {key:?}"
+        );
+        let mg = [b"mg ", key, b" v\r\n"].concat();
+        assert!(
+            matches!(ok(&mg).0, Request::Meta(ref m) if m.key == key),
+            "mg {key:?}"
+        );
+    }
+    // A NUL ends memcached's line; cairn refuses the key and skips the block.
+    let e = err(b"set a\0b 0 0 1\r\nx\r\n");
+    assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+    assert_eq!(e.swallow, 3);
+    assert_eq!(
+        err(b"get a\0b\r\n").reply_line(),
+        "CLIENT_ERROR bad command line format"
+    );
+}
