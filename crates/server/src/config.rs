@@ -827,6 +827,21 @@ mod tests {
         }
     }
 
+    /// Every flag `cairn --help` shows, long and short, is written in README.md.
+    #[test]
+    fn readme_lists_every_flag() {
+        let readme = include_str!("../../../README.md");
+        let mut cmd = command();
+        cmd.build();
+        for arg in cmd.get_arguments() {
+            let long = arg.get_long().map(|l| format!("`--{l}"));
+            let short = arg.get_short().map(|s| format!("`-{s}"));
+            for flag in long.into_iter().chain(short) {
+                assert!(readme.contains(&flag), "README.md does not name {flag}`");
+            }
+        }
+    }
+
     #[test]
     fn dash_o_sets_any_key_and_refuses_unknown_ones() {
         let c = Config::from_args([
