@@ -545,3 +545,33 @@ fn keys_hold_any_byte_but_space_and_nul() {
         "CLIENT_ERROR bad command line format"
     );
 }
+
+/// Numbers on a command line are read as memcached's safe_strto* read them: an optional `+`
+/// (or `-` for times and lengths), then digits, leading zeros allowed.
+#[test]
+fn numbers_take_a_plus_sign_and_leading_zeros() {
+    assert!(matches!(
+        ok(b"set k +5 +0 +1\r\nx\r\n").0,
+        Request::Store { flags: 5, exptime: 0, ref value, .. } if value == b"x"
+    ));
+    assert!(matches!(
+        ok(b"incr k +00000000000000000000000007\r\n").0,
+        Request::Arith { delta: 7, .. }
+    ));
+    assert!(matches!(
+        ok(b"touch k -000000000000000000000010\r\n").0,
+        Request::Touch { exptime: -10, .. }
+    ));
+    for bad in [
+        &b"incr k ++1\r\n"[..],
+        b"incr k +\r\n",
+        b"touch k -+1\r\n",
+        b"incr k 1+\r\n",
+    ] {
+        assert!(
+            err(bad).reply_line().starts_with("CLIENT_ERROR"),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}

@@ -40,11 +40,23 @@ fn is_retrieval(buf: &[u8]) -> bool {
         || buf.starts_with(b"gats ")
 }
 
-pub(crate) fn parse_u64(word: &[u8]) -> Option<u64> {
-    if word.is_empty() || word.len() > 20 || !word.iter().all(u8::is_ascii_digit) {
+/// Decimal digits only (leading zeros allowed, as C's strtoul reads them); None past 64 bits.
+fn digits_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
         return None;
     }
-    std::str::from_utf8(word).ok()?.parse().ok()
+    digits.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// An unsigned decimal as memcached's `safe_strtoull` reads a word: digits, with an optional
+/// `+` (`incr k +1`, `set k +5 0 1` are memcached's too).
+pub(crate) fn parse_u64(word: &[u8]) -> Option<u64> {
+    digits_u64(word.strip_prefix(b"+").unwrap_or(word))
 }
 
 pub(crate) fn parse_u32(word: &[u8]) -> Option<u32> {
@@ -55,9 +67,10 @@ pub(crate) fn parse_u32(word: &[u8]) -> Option<u32> {
 pub(crate) fn parse_i64(word: &[u8]) -> Option<i64> {
     let (neg, digits) = match word.split_first() {
         Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
         _ => (false, word),
     };
-    let v = parse_u64(digits)?;
+    let v = digits_u64(digits)?;
     let v = i64::try_from(v).ok()?;
     let v = if neg { -v } else { v };
     (i64::from(i32::MIN)..=i64::from(i32::MAX))

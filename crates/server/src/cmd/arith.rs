@@ -13,16 +13,31 @@ pub enum ArithError {
     Store(cairn_store::StoreError),
 }
 
-/// Parses an item's value as memcached does: digits, optionally space-padded after a decr.
+/// Parses an item's value as memcached does (`safe_strtoull` over the item's data, which ends in
+/// `\r\n`): optional leading whitespace, an optional sign, decimal digits that fit in 64 bits,
+/// then the end, whitespace or NUL. So `" 9"`, `"+5"`, `"05"` and the space-padded `"9  "` a
+/// decr leaves in memcached are numbers; `"1a"`, `"-5"` and `""` are not (`"-0"` is 0, as in C).
 pub fn parse_counter(value: &[u8]) -> Option<u64> {
-    let digits = value.strip_suffix(b" ").map_or(value, |_| {
-        let end = value.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
-        &value[..end]
-    });
-    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = value.iter().position(|&b| !is_space(b))?;
+    let (negative, rest) = match value[start..].split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, &value[start..]),
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits).is_some_and(|&b| !is_space(b) && b != 0) {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    let n = rest[..digits].iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
+    if !negative {
+        return Some(n);
+    }
+    // strtoull negates; memcached refuses the result only when it looks negative as signed.
+    let n = n.wrapping_neg();
+    (i64::try_from(n).is_ok()).then_some(n)
 }
 
 /// Applies `delta` to a counter value.
@@ -76,6 +91,29 @@ mod tests {
         assert_eq!(parse_counter(b"x1"), None);
         assert_eq!(parse_counter(b""), None);
         assert_eq!(parse_counter(b"18446744073709551616"), None);
+        // memcached 1.6.18, side by side: what its safe_strtoull reads as a number.
+        for (value, n) in [
+            (&b" 9"[..], 9),
+            (b"+5", 5),
+            (b"05", 5),
+            (b"\t7\n", 7),
+            (b"5 x", 5),
+            (b"-0", 0),
+            (b"000000000000000000000000005", 5),
+            (b"18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(parse_counter(value), Some(n), "{value:?}");
+        }
+        for value in [
+            &b"-5"[..],
+            b"1a",
+            b"  ",
+            b"+",
+            b"- 5",
+            b"184467440737095516150",
+        ] {
+            assert_eq!(parse_counter(value), None, "{value:?}");
+        }
         assert_eq!(apply(u64::MAX, true, 2), 1);
         assert_eq!(apply(3, false, 5), 0);
     }
