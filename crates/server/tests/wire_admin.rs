@@ -129,9 +129,13 @@ fn stats_settings_sizes_items_and_slabs() {
         ("flush_enabled", "no"),
         ("shutdown_command", "no"),
         ("item_size_max", "1048576"),
+        ("ssl_chain_cert", "(null)"),
+        ("ssl_key", "(null)"),
     ] {
         assert_eq!(stat(&settings, name), value, "{name}");
     }
+    // memcached ignores what follows `stats reset`.
+    golden(&mut c, &[("stats reset now\r\n", "RESET\r\n")]);
     // 20 bytes round up to 32, 33 to 64, 120 to 128 (memcached's 32-byte buckets).
     golden(
         &mut c,

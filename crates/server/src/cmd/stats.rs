@@ -52,6 +52,12 @@ fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
     stat(out, "auth_enabled_sasl", "no");
     stat(out, "auth_enabled_ascii", yes_no(c.auth_file.is_some()));
     stat(out, "ssl_enabled", yes_no(c.enable_ssl));
+    let path = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map_or("(null)".to_string(), |p| p.display().to_string())
+    };
+    stat(out, "ssl_chain_cert", path(&c.ssl_chain_cert));
+    stat(out, "ssl_key", path(&c.ssl_key));
     stat(out, "item_size_max", c.item_size_max);
     // Connections past the limit are refused at once with an error, as memcached's default.
     stat(out, "maxconns_fast", "yes");
@@ -143,7 +149,8 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
             );
         }
         Some("slabs") => slabs(ctx, out),
-        Some("reset") if args.len() == 1 => {
+        // memcached ignores words after `reset`.
+        Some("reset") => {
             ctx.counters.reset();
             out.extend_from_slice(b"RESET\r\n");
             return;
