@@ -714,8 +714,7 @@ fn evicted_items_do_not_come_back_after_a_restart() {
     assert!(p.store().stats().evictions > 0);
     p.sync().unwrap();
     let live = contents(&p);
-    fs.power_loss();
-    std::mem::forget(p);
+    power_cut(&fs, p);
     // More memory after the restart: only the log's eviction records keep them out.
     let p = Persistence::open(
         config(Arc::new(fs.clone()), Path::new("/t")),
