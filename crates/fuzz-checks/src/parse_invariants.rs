@@ -2,7 +2,7 @@
 //! encoders but no request encoder, so instead of an encode -> parse round trip this checks
 //! each parsed request against the raw bytes it was parsed from:
 //!
-//! - keys are 1..=max_key_len bytes with no space or NUL (memcached's rule; a meta key sent in
+//! - keys are 1..=max_key_len bytes with no space, newline or NUL (memcached's rule; a meta key sent in
 //!   base64 may hold any bytes once decoded, but is still 1..=max_key_len long, and
 //!   `wire_key()` gives back exactly the word on the line);
 //! - keys, values and numbers are the ones on the line: a storage value is the `<bytes>`

@@ -68,7 +68,7 @@ fn check_key(key: &[u8]) -> Result<(), Status> {
     }
     if !cairn_proto::key_is_valid(key, &limits) {
         return Err(Status::invalid_argument(
-            "the key holds a space or a NUL byte (memcached keys cannot)",
+            "the key holds a space, a newline or a NUL byte (whitespace and bytes no memcached key holds)",
         ));
     }
     Ok(())
@@ -550,7 +550,7 @@ mod tests {
         assert!(check_key(b"ok-key").is_ok());
         // memcached's tokenizer takes any byte but a space; a NUL ends its line.
         assert!(check_key(b"ctl\x01\t\x7f").is_ok());
-        for bad in [&b""[..], b"has space", b"nul\0", &[b'k'; 251]] {
+        for bad in [&b""[..], b"has space", b"new\nline", b"nul\0", &[b'k'; 251]] {
             let e = check_key(bad).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
         }

@@ -321,12 +321,16 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<(Request, usize)>, Pr
 }
 
 /// Checks a key as memcached's text protocol does: 1..=max bytes, any byte but a space (the
-/// word separator) and NUL. memcached's tokenizer splits on spaces only, so tabs, other control
-/// bytes (memaslap's keys start with eight 0x10 bytes), DEL and bytes over 0x7f are key bytes;
-/// a NUL ends memcached's C string, so the rest of its line is lost, and cairn refuses the key
-/// instead (`CLIENT_ERROR bad command line format`, skipping a storage command's data block).
+/// word separator), a newline (the line's end, so no text line can carry one) and NUL.
+/// memcached's tokenizer splits on spaces only, so tabs, other control bytes (memaslap's keys
+/// start with eight 0x10 bytes), DEL and bytes over 0x7f are key bytes; a NUL ends memcached's
+/// C string, so the rest of its line is lost, and cairn refuses the key instead
+/// (`CLIENT_ERROR bad command line format`, skipping a storage command's data block). gRPC
+/// keys follow the same rule, so every key is reachable from both protocols.
 pub fn key_is_valid(key: &[u8], limits: &Limits) -> bool {
-    !key.is_empty() && key.len() <= limits.max_key_len && !key.iter().any(|&b| b == b' ' || b == 0)
+    !key.is_empty()
+        && key.len() <= limits.max_key_len
+        && !key.iter().any(|&b| matches!(b, b' ' | b'\n' | 0))
 }
 
 #[cfg(test)]

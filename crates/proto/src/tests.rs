@@ -536,6 +536,10 @@ fn keys_hold_any_byte_but_space_and_nul() {
             "mg {key:?}"
         );
     }
+    // Keys no text line can carry (a newline) or that memcached cuts (a NUL) are not keys.
+    for bad in [&b"a b"[..], b"a\nb", b"a\0b", b""] {
+        assert!(!key_is_valid(bad, &Limits::default()), "{bad:?}");
+    }
     // A NUL ends memcached's line; cairn refuses the key and skips the block.
     let e = err(b"set a\0b 0 0 1\r\nx\r\n");
     assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
