@@ -71,10 +71,10 @@ def memcached_get(args, port, clients):
            "--ratio", "0:1", "--key-minimum", "1", "--key-maximum", "1",
            "--test-time", str(args.secs), "--quiet"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    # The totals line: Gets ops/s hits/s misses/s avg p50 p90 p95 p99 p99.9 KB/s
+    # The totals line: Totals ops/s hits/s misses/s errors avg p50 p90 p95 p99 p99.9 (ms)
     line = next(l for l in out.splitlines() if l.startswith("Totals"))
     f = line.split()
-    return {"rps": float(f[1]), "avg": float(f[4]), "p50": float(f[5]), "p99": float(f[8])}
+    return {"rps": float(f[1]), "avg": float(f[5]), "p50": float(f[6]), "p99": float(f[9])}
 
 
 def w1_w2_w3(args):
