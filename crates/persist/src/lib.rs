@@ -6,7 +6,8 @@
 //!           (the durable mark in sync mode, the written mark in async mode): durability.rs
 //!
 //!   checkpoint:  L0 = appended LSN ─> copy shard by shard ─> snapshot-L0.snap.tmp (throttled)
-//!                ─> trailer + fdatasync ─> rename ─> fsync dir ─> MANIFEST.tmp ─> fdatasync
+//!                ─> trailer + fdatasync ─> L1 = appended LSN, wait until the log is durable
+//!                to L1 ─> rename ─> fsync dir ─> MANIFEST.tmp ─> fdatasync
 //!                ─> rename MANIFEST ─> fsync dir ─> drop log segments older than the previous
 //!                snapshot, and snapshots older than the previous one
 //!
@@ -21,7 +22,9 @@
 //! (the store changes and the LSN is assigned in one critical section), so its result or a later
 //! one is in the snapshot. Every later mutation has a record with LSN > L0, and records hold
 //! resulting states, so replaying them in order over the snapshot ends with each key's last
-//! state. Expiry and eviction are logged too (small records, never waited for): replaying them
+//! state, provided the log reaches every record whose mutation the copy holds: the copy may
+//! hold mutations after L0 (up to L1, read once it ended), so the log is made durable up to
+//! L1 before the snapshot is named. Expiry and eviction are logged too (small records, never waited for): replaying them
 //! removes the key, so an evicted item does not come back after a restart; a deleted or
 //! overwritten value never comes back, because its delete or overwrite is a later record.
 //!
@@ -709,10 +712,16 @@ impl Persistence {
                 .map_err(|e| PersistError::io(Path::new("flash"), e))?;
             write_pins(fs, dir, l0, &pins)?;
         }
-        // Records up to L0 must be durable before the snapshot becomes current: otherwise a
-        // crash could leave a log that restarts numbering below L0, behind the snapshot. So
-        // must the restated schedule.
-        self.log.wait_durable(l0.max(restated))?;
+        // The copy is fuzzy: it holds every mutation up to L0 and some after it, up to L1,
+        // the last LSN appended once the copy ended (a mutation's record is appended under
+        // its shard lock, the lock the copy of that shard holds). Records up to L1 must be
+        // durable before the snapshot becomes current: otherwise a power cut could leave a
+        // log that ends between L0 and L1, and recovery would serve the snapshot's later
+        // writes on top of an earlier log end (found by the power-cut loop in async mode),
+        // or a log that restarts numbering below L0, behind the snapshot. So must the
+        // restated schedule.
+        let l1 = self.log.appended_lsn();
+        self.log.wait_durable(l1.max(restated))?;
         let path = dir.join(snapshot::file_name(l0));
         fs.rename(&tmp, &path)
             .map_err(|e| PersistError::io(&path, e))?;
