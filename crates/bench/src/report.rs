@@ -18,6 +18,7 @@ pub const BASELINE: &str = "cairn off";
 /// cairn's durable mode and the Redis mode with the same promise (fsync before the reply).
 const SYNC: &str = "cairn sync";
 const REDIS_ALWAYS: &str = "redis always";
+const ASYNC: &str = "cairn async";
 
 /// One throughput ratio in one scenario.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -150,6 +151,78 @@ pub fn ratio_table(ratios: &[Ratio]) -> String {
         s.push('\n');
     }
     s
+}
+
+/// The durability issue's goals (issue 15 §2, §2b) from one run's medians, as far as the run
+/// measured the targets they compare: SYNC over Redis `always` (>= 1.6 in every scenario),
+/// SYNC's insert p50 over OFF's against twice the log's durable write p50 in that same phase
+/// (the limit of group commit: a write waits for the durable write running when it arrives,
+/// then for its own), SYNC over OFF at 1:9 (>= 0.9 at 2 x 200 connections), ASYNC over OFF
+/// (>= 0.97). Empty when none applies.
+pub fn durability_goals(summary: &[(Row, f64, f64)]) -> String {
+    let row = |scenario: &str, target: &str| {
+        summary
+            .iter()
+            .find(|(r, _, _)| r.scenario == scenario && r.target == target)
+            .map(|(r, _, _)| r)
+    };
+    let mut scenarios: Vec<&str> = Vec::new();
+    for (r, _, _) in summary {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    let ratio = |sc: &str, a: &str, b: &str| {
+        Some(row(sc, a)?.ops_per_sec / row(sc, b)?.ops_per_sec).filter(|r| r.is_finite())
+    };
+    let list = |a: &str, b: &str, bar: f64| {
+        let got: Vec<(&str, f64)> = scenarios
+            .iter()
+            .filter_map(|sc| Some((*sc, ratio(sc, a, b)?)))
+            .collect();
+        (!got.is_empty()).then(|| {
+            let text: Vec<String> = got.iter().map(|(sc, r)| format!("{sc} {r:.2}")).collect();
+            let met = got.iter().all(|(_, r)| *r >= bar);
+            (text.join(", "), met)
+        })
+    };
+    let yes = |met: bool| if met { "met" } else { "missed" };
+    let mut lines = Vec::new();
+    if let Some((text, met)) = list(SYNC, REDIS_ALWAYS, 1.6) {
+        lines.push(format!(
+            "| SYNC >= 1.6x Redis always | {text} | {} |",
+            yes(met)
+        ));
+    }
+    if let (Some(sync), Some(off)) = (row("insert", SYNC), row("insert", BASELINE)) {
+        if let Some(l) = sync.log_sync.as_ref().filter(|l| l.count > 0) {
+            let gap_us = (sync.p50_ms - off.p50_ms) * 1000.0;
+            lines.push(format!(
+                "| SYNC insert p50 - OFF insert p50 <= 2x the durable write p50 | {:.0} us - {:.0} us = {gap_us:.0} us; durable write p50 {:.0} us, so {:.2}x it | {} |",
+                sync.p50_ms * 1000.0,
+                off.p50_ms * 1000.0,
+                l.p50_us,
+                gap_us / l.p50_us,
+                yes(gap_us <= 2.0 * l.p50_us)
+            ));
+        }
+    }
+    if let Some(r) = ratio("mixed 1:9", SYNC, BASELINE) {
+        lines.push(format!(
+            "| SYNC 1:9 >= 0.9x OFF (at 2 x 200) | {r:.2} | {} |",
+            yes(r >= 0.9)
+        ));
+    }
+    if let Some((text, met)) = list(ASYNC, BASELINE, 0.97) {
+        lines.push(format!("| ASYNC >= 0.97x OFF | {text} | {} |", yes(met)));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "### durability goals\n\n| goal | measured (medians) | |\n|---|---|---|\n{}\n",
+        lines.join("\n")
+    )
 }
 
 /// Throughput while a checkpoint ran against throughput in the rest of the phase.
@@ -314,6 +387,7 @@ mod tests {
             timeline_ops: Vec::new(),
             checkpoint_window: None,
             checkpoint_dip: None,
+            log_sync: None,
         }
     }
 
@@ -351,6 +425,50 @@ mod tests {
         ));
         assert!(table.contains("| insert | 0.50 | 2.00 | 0.25 |"), "{table}");
         assert!(table.contains("| retrieval | 1.50 | - | - |"), "{table}");
+    }
+
+    #[test]
+    fn durability_goals_from_the_medians() {
+        let mut sync = row("cairn sync", "insert", 80.0);
+        sync.p50_ms = 0.5;
+        sync.log_sync = Some(crate::suite::LogSync {
+            p50_us: 150.0,
+            count: 10,
+            records: 100,
+        });
+        let mut off = row("cairn off", "insert", 100.0);
+        off.p50_ms = 0.25;
+        let s = summary(vec![
+            off,
+            sync,
+            row("redis always", "insert", 40.0),
+            row("cairn async", "insert", 98.0),
+            row("cairn off", "mixed 1:9", 100.0),
+            row("cairn sync", "mixed 1:9", 85.0),
+            row("redis always", "mixed 1:9", 60.0),
+            row("cairn async", "mixed 1:9", 96.0),
+        ]);
+        let t = durability_goals(&s);
+        assert!(
+            t.contains("| SYNC >= 1.6x Redis always | insert 2.00, mixed 1:9 1.42 | missed |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("500 us - 250 us = 250 us; durable write p50 150 us, so 1.67x it | met |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| SYNC 1:9 >= 0.9x OFF (at 2 x 200) | 0.85 | missed |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| ASYNC >= 0.97x OFF | insert 0.98, mixed 1:9 0.96 | missed |"),
+            "{t}"
+        );
+        assert_eq!(
+            durability_goals(&summary(vec![row("memcached", "insert", 1.0)])),
+            ""
+        );
     }
 
     #[test]

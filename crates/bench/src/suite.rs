@@ -455,6 +455,58 @@ pub struct Row {
     /// throughput while that checkpoint ran against the rest of the phase (None: no
     /// checkpoint, or the phase too short to tell)
     pub checkpoint_dip: Option<CheckpointDip>,
+    /// cairn async/sync: the log's durable writes (None for other targets)
+    pub log_sync: Option<LogSync>,
+}
+
+/// The log's durable writes as the server itself timed them (`stats persistence`): with
+/// O_DIRECT each is one `pwritev2(RWF_DSYNC)` (`log_dsync_write_*`), without it an fdatasync
+/// (`fdatasync_*`); whichever the server did more of in the phase.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LogSync {
+    /// The median durable write in microseconds, over every one since the server started:
+    /// for the first phase (insert), that phase's alone.
+    pub p50_us: f64,
+    /// Durable writes during the phase.
+    pub count: u64,
+    /// Log records appended during the phase (`log_appended_lsn`): records per durable
+    /// write is the group commit's batch.
+    pub records: u64,
+}
+
+/// (dsync writes, their p50 us, fdatasyncs, their p50 us, appended LSN) of a cairn server.
+fn log_counters(host: &str, port: u16) -> Result<[u64; 5], String> {
+    let stats = memcache_stats(host, port, "persistence")?;
+    let field = |name: &str| -> Result<u64, String> {
+        stats
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| format!("stats persistence: no numeric {name}"))
+    };
+    Ok([
+        field("log_dsync_write_count")?,
+        field("log_dsync_write_latency_us_p50")?,
+        field("fdatasync_count")?,
+        field("fdatasync_latency_us_p50")?,
+        field("log_appended_lsn")?,
+    ])
+}
+
+/// What the log did between two reads of [`log_counters`].
+fn log_sync_between(before: [u64; 5], after: [u64; 5]) -> LogSync {
+    let dsync = after[0] - before[0];
+    let fdatasync = after[2] - before[2];
+    let (count, p50_us) = if dsync >= fdatasync {
+        (dsync, after[1])
+    } else {
+        (fdatasync, after[3])
+    };
+    LogSync {
+        p50_us: p50_us as f64,
+        count,
+        records: after[4] - before[4],
+    }
 }
 
 /// What one restart after `kill -9` recovered.
@@ -542,6 +594,10 @@ fn measure(
             verify: false,
             quiet: args.quiet,
         };
+        let logged = matches!(t, Target::Cairn { mode, .. } if mode != "off");
+        let log_before = logged
+            .then(|| log_counters(&server.host, server.port))
+            .transpose()?;
         let cpu_before = pid.as_deref().and_then(load::proc_cpu_secs).unwrap_or(0.0);
         let t0 = Instant::now();
         let ckpt = (checkpoint
@@ -561,6 +617,13 @@ fn measure(
         if insert {
             rss_after_insert = pid.as_deref().map_or(0, rss_bytes);
         }
+        let log_sync = match log_before {
+            Some(b) => Some(log_sync_between(
+                b,
+                log_counters(&server.host, server.port)?,
+            )),
+            None => None,
+        };
         let h = &r.all_latency;
         let ms = |p: f64| h.value_at_percentile(p) as f64 / 1000.0;
         let timeline_ops: Vec<u64> = r.timeline.iter().map(|s| s.ops).collect();
@@ -587,6 +650,7 @@ fn measure(
                 .and_then(|w| report::checkpoint_dip(&timeline_ops, r.secs, w)),
             timeline_ops,
             checkpoint_window,
+            log_sync,
         };
         if !args.quiet {
             eprintln!(
@@ -723,6 +787,15 @@ pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
         row.load_generator_cpu_secs = pick(|r| r.load_generator_cpu_secs);
         row.rss_after_insert_mib = pick(|r| r.rss_after_insert_mib);
         row.bytes_per_item = pick(|r| r.bytes_per_item);
+        if row.log_sync.is_some() {
+            let syncs: Vec<&LogSync> = group.iter().filter_map(|r| r.log_sync.as_ref()).collect();
+            let of = |f: fn(&LogSync) -> f64| median(syncs.iter().map(|l| f(l)).collect());
+            row.log_sync = Some(LogSync {
+                p50_us: of(|l| l.p50_us),
+                count: of(|l| l.count as f64) as u64,
+                records: of(|l| l.records as f64) as u64,
+            });
+        }
         out.push((row, min, max));
     }
     out
@@ -731,8 +804,8 @@ pub fn summarize(rows: &[Row]) -> Vec<(Row, f64, f64)> {
 /// The markdown table.
 pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
     let mut s = String::new();
-    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | server CPU us/op | load gen CPU s | RSS after insert MiB | bytes/item | errors |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| scenario | target | ops/s | spread (min-max) | avg ms | p50 ms | p90 ms | p95 ms | p99 ms | p99.9 ms | server CPU s | server CPU us/op | load gen CPU s | RSS after insert MiB | bytes/item | errors | log sync p50 us | records per log sync |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut scenarios: Vec<&str> = Vec::new();
     for (r, _, _) in summary {
         if !scenarios.contains(&r.scenario.as_str()) {
@@ -746,10 +819,18 @@ pub fn table(summary: &[(Row, f64, f64)], repeats: usize) -> String {
             } else {
                 "-".into()
             };
+            let (sync_p50, per_sync) = match &r.log_sync {
+                Some(l) if l.count > 0 => (
+                    format!("{:.0}", l.p50_us),
+                    format!("{:.1}", l.records as f64 / l.count as f64),
+                ),
+                _ => ("-".into(), "-".into()),
+            };
             s.push_str(&format!(
-                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {} |\n",
+                "| {} | {} | {:.0} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {} | {} | {} |\n",
                 r.scenario, r.target, r.ops_per_sec, spread, r.avg_ms, r.p50_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms,
-                r.server_cpu_secs, r.server_cpu_us_per_op, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item, r.errors
+                r.server_cpu_secs, r.server_cpu_us_per_op, r.load_generator_cpu_secs, r.rss_after_insert_mib, r.bytes_per_item, r.errors,
+                sync_p50, per_sync
             ));
         }
     }
@@ -787,6 +868,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     for extra in [
         report::ratio_table(&ratios),
         report::against_memcached_table(&summary),
+        report::durability_goals(&summary),
         report::dip_table(&rows),
         report::recovery_table(&recoveries),
     ] {
