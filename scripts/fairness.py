@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from profile_request_path import bench, free_port, start  # noqa: E402
+from profile_request_path import free_port, preload, start  # noqa: E402
 
 
 def light(args, port):
@@ -43,10 +43,7 @@ def run(name, args):
     port = free_port()
     server = start(name, args, port)
     try:
-        per_client = -(-args.keys // (2 * args.clients))
-        subprocess.run(bench(args, port, ["--key-pattern", "P:P", "--ratio", "1:0",
-                                          "-n", str(per_client)]),
-                       check=True, stdout=subprocess.DEVNULL)
+        preload(args, port)
         alone = light(args, port)
         heavy = subprocess.Popen(
             [args.bench_bin, "-s", "127.0.0.1", "-p", str(port), "--threads", "1",

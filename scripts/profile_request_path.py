@@ -29,32 +29,12 @@ import subprocess
 import sys
 import time
 
+from serverutil import free_port, wait_ready
+
 SYSCALLS = [
     "recvfrom", "sendto", "read", "write", "readv", "writev", "sendmsg", "recvmsg",
     "epoll_wait", "epoll_pwait", "epoll_ctl", "futex", "sched_yield", "io_uring_enter",
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, deadline_s=60):
-    delay = 0.005
-    end = time.time() + deadline_s
-    while time.time() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(b"version\r\n")
-                if s.recv(64).startswith(b"VERSION"):
-                    return
-        except OSError:
-            pass
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
-    sys.exit(f"server on port {port} never became ready")
 
 
 def stats(port):
@@ -98,7 +78,7 @@ def start(name, args, port):
         binary = shlex.split(name.split("=", 1)[1]) if "=" in name else [args.cairn_bin]
         cmd = binary + ["-p", str(port), "-t", "2", "-m", "1024", "--persistence", "off"]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(port)
+    wait_ready(port, proc=p)
     return p
 
 
@@ -108,14 +88,19 @@ def bench(args, port, extra):
             "--key-maximum", str(args.keys), "--quiet"] + extra
 
 
+def preload(args, port):
+    """Sets every key of 1..--keys once (P:P over all connections), so the gets that follow hit."""
+    per_client = -(-args.keys // (2 * args.clients))
+    subprocess.run(bench(args, port, ["--key-pattern", "P:P", "--ratio", "1:0",
+                                      "-n", str(per_client)]),
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 def profile(name, args):
     port = free_port()
     server = start(name, args, port)
     try:
-        per_client = -(-args.keys // (2 * args.clients))
-        subprocess.run(bench(args, port, ["--key-pattern", "P:P", "--ratio", "1:0",
-                                          "-n", str(per_client)]),
-                       check=True, stdout=subprocess.DEVNULL)
+        preload(args, port)
         load = subprocess.Popen(
             bench(args, port, ["--key-pattern", "R:R", "--ratio", args.ratio,
                                "--pipeline", str(args.pipeline),
