@@ -147,20 +147,34 @@ pub fn encode_record(out: &mut Vec<u8>, log_id: u64, lsn: u64, payload: &[u8]) {
 /// Appends one framed record whose payload is `parts` back to back: each part is copied once,
 /// into `out`.
 pub fn encode_record_parts(out: &mut Vec<u8>, log_id: u64, lsn: u64, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let start = out.len();
+    out.resize(start + RECORD_HEADER_LEN + len, 0);
+    frame_record_into(&mut out[start..], log_id, lsn, parts);
+}
+
+/// Frames one record whose payload is `parts` back to back into `out`, which is exactly
+/// [`RECORD_HEADER_LEN`] + the payload's length: each part is copied once, into `out`.
+pub fn frame_record_into(out: &mut [u8], log_id: u64, lsn: u64, parts: &[&[u8]]) {
     assert!(
         lsn > 0 && lsn & SYNC_START == 0,
         "LSNs start at 1 and stay below 2^63"
     );
     let len: usize = parts.iter().map(|p| p.len()).sum();
-    let len = u32::try_from(len).expect("record size checked by the caller");
-    let start = out.len();
-    out.reserve(RECORD_HEADER_LEN + len as usize);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&lsn.to_le_bytes());
-    let crc = record_crc(log_id, &out[start..start + 12], parts);
-    out.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        out.len(),
+        RECORD_HEADER_LEN + len,
+        "the record's exact room"
+    );
+    let len32 = u32::try_from(len).expect("record size checked by the caller");
+    out[0..4].copy_from_slice(&len32.to_le_bytes());
+    out[4..12].copy_from_slice(&lsn.to_le_bytes());
+    let crc = record_crc(log_id, &out[..12], parts);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    let mut at = RECORD_HEADER_LEN;
     for p in parts {
-        out.extend_from_slice(p);
+        out[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
     }
 }
 

@@ -282,6 +282,10 @@ pub struct LogStats {
     /// the device's cache flush in one call, timed together (there is no separate fdatasync
     /// to time).
     pub dsync_write: CallLatency,
+    /// O_DIRECT durable writes whose records were copied into the staging buffer first
+    /// (a batch of more than one chunk, or the first batch in a new segment); the others
+    /// (`dsync_write.count` minus these) went from the pending buffer itself.
+    pub staged_writes: u64,
     /// Records per batch the syncer took: median and 99th percentile.
     pub batch_records_p50: u64,
     pub batch_records_p99: u64,
@@ -385,7 +389,14 @@ struct State {
     /// Bytes of the batch the syncer is writing (0 between batches).
     writing_bytes: usize,
     /// Emptied `Chunk::Framed` buffers, handed back by the syncer for reuse.
-    free_buffers: Vec<Vec<u8>>,
+    free_buffers: Vec<appender::PendingBuf>,
+    /// The file offset where the next appended record lands if no new segment starts before
+    /// it: the tail's end after the batch being written plus `pending_bytes`. Its block
+    /// offset lays a new chunk out for an O_DIRECT write without staging (see
+    /// `appender::PendingBuf`); after each write the syncer sets it from the tail again.
+    next_offset: u64,
+    /// See [`LogStats::staged_writes`].
+    staged_writes: u64,
     /// The LSN the next append gets.
     next_lsn: Lsn,
     /// Highest LSN a caller waits to be durable (async mode fdatasyncs early for it).
@@ -542,6 +553,8 @@ impl Log {
                 pending_bytes: 0,
                 writing_bytes: 0,
                 free_buffers: Vec::new(),
+                next_offset: 0,
+                staged_writes: 0,
                 next_lsn,
                 waiting_for: 0,
                 poisoned: None,
@@ -565,6 +578,7 @@ impl Log {
             backpressure_waits: AtomicU64::new(0),
         });
         let mut tail = shared.open_tail(tail_path, tail_end, tail_version)?;
+        shared.state.lock().next_offset = tail.offset;
         // Recovery read the tail's records, and they count as durable from here on; after a
         // kill -9 between a write and its fdatasync they may still be only in the page cache
         // (or the disk's cache). Make them durable before anything relies on them.
@@ -759,6 +773,7 @@ impl Log {
             write: latency(&st.hist.write_us),
             fdatasync: latency(&st.hist.fdatasync_us),
             dsync_write: latency(&st.hist.dsync_write_us),
+            staged_writes: st.staged_writes,
             batch_records_p50: st.hist.batch_records.value_at_quantile(0.5),
             batch_records_p99: st.hist.batch_records.value_at_quantile(0.99),
             bytes_written: st.bytes_written,

@@ -155,10 +155,9 @@ impl Shared {
                 } => {
                     self.taken.advance(last);
                     let result = self.write_batch(&mut tail, &mut batch, first, bytes, durable);
-                    let mut emptied: Vec<Vec<u8>> = Vec::new();
+                    let mut emptied = Vec::new();
                     for chunk in batch.drain(..) {
-                        if let Chunk::Framed { mut bytes, .. } = chunk {
-                            bytes.clear();
+                        if let Chunk::Framed { bytes, .. } = chunk {
                             emptied.push(bytes);
                         }
                     }
@@ -168,6 +167,7 @@ impl Shared {
                             let mut st = self.state.lock();
                             st.bytes_written += bytes as u64;
                             st.writing_bytes = 0;
+                            st.next_offset = tail.offset + st.pending_bytes as u64;
                             // Two buffers are enough: one being filled while one is written.
                             let room = 2usize.saturating_sub(st.free_buffers.len());
                             st.free_buffers.extend(emptied.into_iter().take(room));
@@ -256,10 +256,15 @@ impl Shared {
         if tail.version >= 2 && self.written.get() == self.durable.get() {
             format::mark_sync_start(batch[0].bytes_mut());
         }
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(batch.len() + 2);
-        parts.extend(batch.iter().map(Chunk::bytes));
-        parts.push(&format::END_MARKER);
-        let timed = self.write_marked(tail, &parts, records, durable)?;
+        let timed = match self.write_in_place(tail, batch, records, durable)? {
+            Some(timed) => timed,
+            None => {
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(batch.len() + 2);
+                parts.extend(batch.iter().map(Chunk::bytes));
+                parts.push(&format::END_MARKER);
+                self.write_marked(tail, &parts, records, durable)?
+            }
+        };
         tail.offset += records as u64;
         if std::mem::take(&mut tail.dir_sync_due) {
             self.fs
@@ -268,6 +273,33 @@ impl Shared {
         }
         self.maybe_request_spare(tail);
         Ok(timed)
+    }
+
+    /// A durable O_DIRECT write of a batch of one chunk laid out for the tail's block offset
+    /// (see `appender::PendingBuf`): written from the chunk's own buffer, no staging copy.
+    /// `None` when the batch is not such a batch (then it is staged).
+    fn write_in_place(
+        &self,
+        tail: &mut Tail,
+        batch: &mut [Chunk],
+        records: usize,
+        durable: bool,
+    ) -> Result<Option<Timed>, WalError> {
+        let (Some(d), [chunk], true) = (&mut tail.direct, batch, durable) else {
+            return Ok(None);
+        };
+        let Some(buf) = chunk.buf_mut().filter(|b| b.head() == d.kept) else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let block_start = tail.offset - d.kept as u64;
+        tail.file
+            .write_at_durable(block_start, buf.direct_write(d.kept_bytes()))
+            .map_err(|e| WalError::io(&tail.path, e))?;
+        d.absorb(&[buf.records()], records);
+        Ok(Some(Timed::Dsync {
+            us: us_since(started),
+        }))
     }
 
     /// [`Shared::write_batch`] once the batch is in place: `parts` hold `records` bytes of
@@ -285,6 +317,7 @@ impl Shared {
             Some(d) if durable => {
                 // Write and fdatasync in one call (pwritev2 with RWF_DSYNC on the real disk).
                 let block_start = tail.offset - d.kept as u64;
+                self.state.lock().staged_writes += 1;
                 tail.file
                     .write_at_durable(block_start, d.stage(parts))
                     .map_err(io)?;
