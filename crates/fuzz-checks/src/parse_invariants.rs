@@ -44,7 +44,7 @@ fn check_request(req: &Request, frame: &[u8], limits: &Limits) {
     let line_len = nl + 1;
     let block_len = match req {
         Request::Store { value, .. } => Some(value.len()),
-        Request::Meta(m) => m.value.as_ref().map(Vec::len),
+        Request::Meta(m) => m.value.as_ref().map(|v| v.len()),
         _ => None,
     };
     match block_len {

@@ -24,13 +24,24 @@
 //! any `.await` (a task may move to another thread only at an await).
 //!
 //! Copies of a value between the socket and the disk, sync mode with O_DIRECT (the server's
-//! default): the read from the socket into the connection's input buffer is the kernel's;
-//! then (1) input buffer -> the item in the store's segment (`Entry::store`), (2) the item ->
-//! the log's pending buffer, framed with its CRC under the log's lock
-//! (`Log::append_parts`, the value passed as a part of its own, not copied before), (3) the
-//! pending buffer -> the O_DIRECT staging buffer (`DirectBuf::stage` in cairn-wal), which the
-//! device reads by DMA. Async mode (and sync mode without O_DIRECT) writes (2) with
-//! `pwritev`, where the kernel copies it into the page cache instead of (3).
+//! default), two:
+//! - the kernel's read from the socket lands in the connection's input buffer, and the parser
+//!   borrows the value from there (`Request::Store::value` is a `Cow::Borrowed` of the input,
+//!   cairn-proto), no copy;
+//! - (1) input buffer -> the item in the store's segment (`Entry::store`);
+//! - (2) the item -> the log's pending buffer, framed with its CRC under the log's lock
+//!   (`Log::append_parts`, the value passed as a part of its own, not copied before);
+//! - the pending buffer is 4 KiB-aligned and its records are laid out at the offset within a
+//!   disk block where they land (`PendingBuf` in cairn-wal), so the O_DIRECT
+//!   `pwritev2(RWF_DSYNC)` is made from it and the device reads it by DMA, no copy. Only the
+//!   file's partly written last block (under 4 KiB, once per write, not per value) is copied
+//!   in front of the records.
+//!
+//! Exceptions, each with a third copy into the O_DIRECT staging buffer (`DirectBuf::stage`,
+//! counted by `LogStats::staged_writes`): a write whose batch spans more than one chunk of
+//! the pending buffer (more than 1 MiB pending, or a record of 64 KiB or more among others),
+//! and the first write into a new segment. Async mode (and sync mode without O_DIRECT)
+//! writes (2) with `pwritev`: the kernel copies it into the page cache instead.
 //!
 //! Watermarks for watchers: [`Persistence::safe_lsn`] is the highest LSN that is safe in the
 //! mode in force (durable in sync mode, written in async mode), and

@@ -20,6 +20,8 @@
 //!
 //! Non-goals: executing commands (the server does), binary protocol, UDP.
 
+use std::borrow::Cow;
+
 pub mod encode;
 mod meta;
 mod text;
@@ -133,9 +135,12 @@ impl KeyList {
     }
 }
 
-/// One parsed client request. Keys and values are owned copies of the input bytes.
+/// One parsed client request. Keys are owned copies of the input bytes; a storage command's
+/// value is borrowed from the input (`Cow::Borrowed`: the parser copies no value, see
+/// cairn-persist's durability module for the copies between socket and disk), or owned when
+/// a front end builds the request itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Request {
+pub enum Request<'a> {
     /// get/gets <key>* and gat/gats <exptime> <key>*.
     Get {
         kind: GetKind,
@@ -151,7 +156,7 @@ pub enum Request {
         exptime: i64,
         /// Only meaningful for `cas`.
         cas_unique: u64,
-        value: Vec<u8>,
+        value: Cow<'a, [u8]>,
         noreply: bool,
     },
     Delete {
@@ -187,7 +192,7 @@ pub enum Request {
     },
     Quit,
     /// mg/ms/md/ma/mn/me.
-    Meta(MetaRequest),
+    Meta(MetaRequest<'a>),
     /// `shutdown [graceful]` (only with memcached's `-A`).
     Shutdown {
         mode: ShutdownMode,
@@ -316,7 +321,10 @@ impl ProtocolError {
 ///
 /// Returns `Ok(Some((request, consumed)))` for a complete request, `Ok(None)` when more bytes
 /// are needed, and `Err` for a request that must be answered with an error.
-pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<(Request, usize)>, ProtocolError> {
+pub fn parse<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Result<Option<(Request<'a>, usize)>, ProtocolError> {
     text::parse(buf, limits)
 }
 

@@ -11,6 +11,8 @@
 //! do is up to the server. Once `ms` has a valid data length, any later error still skips the
 //! data block so the stream stays in sync.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 
 use crate::text::{data_block, data_len, parse_i64, parse_u32, parse_u64, refuse_block};
@@ -99,16 +101,16 @@ pub struct MetaFlags {
 
 /// One meta request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetaRequest {
+pub struct MetaRequest<'a> {
     pub cmd: MetaCmd,
     /// The key, decoded from base64 if `b` was given. Empty for `mn`.
     pub key: Vec<u8>,
     pub flags: MetaFlags,
     /// The data block of `ms`.
-    pub value: Option<Vec<u8>>,
+    pub value: Option<Cow<'a, [u8]>>,
 }
 
-impl MetaRequest {
+impl MetaRequest<'_> {
     /// The key as it goes on the wire (base64 again if it came that way).
     pub fn wire_key(&self) -> Vec<u8> {
         if self.flags.base64 {
@@ -242,13 +244,13 @@ fn decode_key(
     Ok(key)
 }
 
-pub(crate) fn parse(
+pub(crate) fn parse<'a>(
     cmd_word: &[u8],
     args: &[&[u8]],
-    buf: &[u8],
+    buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
-) -> Result<Option<(Request, usize)>, ProtocolError> {
+) -> Result<Option<(Request<'a>, usize)>, ProtocolError> {
     let cmd = match cmd_word {
         b"mg" => MetaCmd::Get,
         b"ms" => MetaCmd::Set,
@@ -297,7 +299,7 @@ pub(crate) fn parse(
             cmd,
             key,
             flags,
-            value: Some(value),
+            value: Some(Cow::Borrowed(value)),
         };
         return Ok(Some((Request::Meta(req), total)));
     }

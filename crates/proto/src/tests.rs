@@ -3,7 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 
-fn ok(input: &[u8]) -> (Request, usize) {
+fn ok(input: &[u8]) -> (Request<'_>, usize) {
     parse(input, &Limits::default())
         .expect("parses")
         .expect("complete")
@@ -80,7 +80,7 @@ fn storage_needs_the_whole_block() {
             flags: 1,
             exptime: 2,
             cas_unique: 0,
-            value: b"hello".to_vec(),
+            value: b"hello".to_vec().into(),
             noreply: true
         }
     );
@@ -556,7 +556,7 @@ fn keys_hold_any_byte_but_space_and_nul() {
 fn numbers_take_a_plus_sign_and_leading_zeros() {
     assert!(matches!(
         ok(b"set k +5 +0 +1\r\nx\r\n").0,
-        Request::Store { flags: 5, exptime: 0, ref value, .. } if value == b"x"
+        Request::Store { flags: 5, exptime: 0, ref value, .. } if **value == *b"x"
     ));
     assert!(matches!(
         ok(b"incr k +00000000000000000000000007\r\n").0,

@@ -11,6 +11,8 @@
 //! reply, and a malformed storage command skips its data block once its length is known. A
 //! wrong number of words is `ERROR`, answered even after `noreply`, as memcached does.
 
+use std::borrow::Cow;
+
 use crate::{
     key_is_valid, meta, Crawler, ErrorKind, GetKind, KeyList, Limits, ProtocolError, Request,
     ShutdownMode, StoreKind, MAX_DATA_LEN,
@@ -93,10 +95,10 @@ pub(crate) fn data_len(word: &[u8]) -> Option<usize> {
     (len <= MAX_DATA_LEN).then_some(len)
 }
 
-pub(crate) fn parse(
-    buf: &[u8],
+pub(crate) fn parse<'a>(
+    buf: &'a [u8],
     limits: &Limits,
-) -> Result<Option<(Request, usize)>, ProtocolError> {
+) -> Result<Option<(Request<'a>, usize)>, ProtocolError> {
     let Some((line, line_len)) = find_line(buf) else {
         if buf.len() > line_limit(buf, limits) {
             return Err(ProtocolError::hang_up("line too long", buf.len()));
@@ -176,7 +178,7 @@ fn retrieval(
     args: &[&[u8]],
     line_len: usize,
     limits: &Limits,
-) -> Result<Request, ProtocolError> {
+) -> Result<Request<'static>, ProtocolError> {
     let (exptime, keys) = match kind {
         GetKind::Get | GetKind::Gets => (None, args),
         GetKind::Gat | GetKind::Gats => {
@@ -210,7 +212,7 @@ pub(crate) fn data_block(
     buf: &[u8],
     line_len: usize,
     len: usize,
-) -> Result<Option<(Vec<u8>, usize)>, ProtocolError> {
+) -> Result<Option<(&[u8], usize)>, ProtocolError> {
     let total = line_len + len + 2;
     if buf.len() < total {
         return Ok(None);
@@ -218,7 +220,7 @@ pub(crate) fn data_block(
     if &buf[line_len + len..total] != b"\r\n" {
         return Err(ProtocolError::client("bad data chunk", total));
     }
-    Ok(Some((buf[line_len..line_len + len].to_vec(), total)))
+    Ok(Some((&buf[line_len..line_len + len], total)))
 }
 
 /// The error for a data block that is refused before it is read: skip it as it arrives.
@@ -231,13 +233,13 @@ pub(crate) fn refuse_block(kind: ErrorKind, line_len: usize, len: usize) -> Prot
 
 /// set/add/replace/append/prepend `<key> <flags> <exptime> <bytes> [noreply]` and
 /// cas `<key> <flags> <exptime> <bytes> <cas unique> [noreply]`.
-fn storage(
+fn storage<'a>(
     kind: StoreKind,
     args: &[&[u8]],
-    buf: &[u8],
+    buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
-) -> Result<Option<(Request, usize)>, ProtocolError> {
+) -> Result<Option<(Request<'a>, usize)>, ProtocolError> {
     // memcached takes one more word than the command needs (noreply, or ignored); a cas
     // without its unique is a malformed cas, not another command.
     let words = if kind == StoreKind::Cas { 4..=6 } else { 4..=5 };
@@ -280,7 +282,7 @@ fn storage(
             flags,
             exptime,
             cas_unique,
-            value,
+            value: Cow::Borrowed(value),
             noreply,
         },
         total,
@@ -288,7 +290,11 @@ fn storage(
 }
 
 /// delete `<key> [0] [noreply]` (the 0 is what is left of a hold time memcached dropped).
-fn delete(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, ProtocolError> {
+fn delete(
+    args: &[&[u8]],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<Request<'static>, ProtocolError> {
     const USAGE: &str = "bad command line format.  Usage: delete <key> [noreply]";
     if args.is_empty() || args.len() > 3 {
         return Err(ProtocolError::unknown(line_len));
@@ -317,7 +323,7 @@ fn arith(
     args: &[&[u8]],
     line_len: usize,
     limits: &Limits,
-) -> Result<Request, ProtocolError> {
+) -> Result<Request<'static>, ProtocolError> {
     if !(2..=3).contains(&args.len()) {
         return Err(ProtocolError::unknown(line_len));
     }
@@ -337,7 +343,11 @@ fn arith(
 }
 
 /// touch `<key> <exptime> [noreply]`.
-fn touch(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, ProtocolError> {
+fn touch(
+    args: &[&[u8]],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<Request<'static>, ProtocolError> {
     if !(2..=3).contains(&args.len()) {
         return Err(ProtocolError::unknown(line_len));
     }
@@ -356,7 +366,7 @@ fn touch(args: &[&[u8]], line_len: usize, limits: &Limits) -> Result<Request, Pr
 }
 
 /// flush_all `[delay] [noreply]`.
-fn flush_all(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+fn flush_all(args: &[&[u8]], line_len: usize) -> Result<Request<'static>, ProtocolError> {
     if args.len() > 2 {
         return Err(ProtocolError::unknown(line_len));
     }
@@ -378,7 +388,7 @@ fn flush_all(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> 
 }
 
 /// verbosity `<level> [noreply]`.
-fn verbosity(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+fn verbosity(args: &[&[u8]], line_len: usize) -> Result<Request<'static>, ProtocolError> {
     if !(1..=2).contains(&args.len()) {
         return Err(ProtocolError::unknown(line_len));
     }
@@ -388,7 +398,7 @@ fn verbosity(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> 
 }
 
 /// cache_memlimit `<megabytes> [noreply]` (the range is the server's to check).
-fn cache_memlimit(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+fn cache_memlimit(args: &[&[u8]], line_len: usize) -> Result<Request<'static>, ProtocolError> {
     let noreply = ends_in_noreply(args);
     match args {
         [mb] | [mb, _] => match parse_u64(mb) {
@@ -400,7 +410,7 @@ fn cache_memlimit(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolEr
 }
 
 /// lru_crawler `metadump|crawl <classes>`, `sleep|tocrawl <n>`, `enable|disable`.
-fn lru_crawler(args: &[&[u8]], line_len: usize) -> Result<Request, ProtocolError> {
+fn lru_crawler(args: &[&[u8]], line_len: usize) -> Result<Request<'static>, ProtocolError> {
     let crawler = match args {
         [b"metadump", b"all" | b"hash"] => Crawler::Metadump { dump: true },
         [b"metadump", ids] => Crawler::Metadump {

@@ -198,9 +198,9 @@ fn note_writes(c: &mut Conn) {
 /// memcached's ASCII authentication (`-Y`): the first command must be a `set` whose data is
 /// `user pass`; it answers `STORED` and lets the rest through, or `CLIENT_ERROR authentication
 /// failure`. Anything else before it gets `CLIENT_ERROR unauthenticated`.
-fn authenticate(ctx: &Ctx, c: &mut Conn, request: Request) {
+fn authenticate(ctx: &Ctx, authenticated: &mut bool, output: &mut Vec<u8>, request: Request) {
     let Some(auth) = &ctx.auth else {
-        c.authenticated = true;
+        *authenticated = true;
         return;
     };
     let reply: &[u8] = match request {
@@ -210,7 +210,7 @@ fn authenticate(ctx: &Ctx, c: &mut Conn, request: Request) {
             ..
         } => {
             if auth.check(&value) {
-                c.authenticated = true;
+                *authenticated = true;
                 b"STORED\r\n"
             } else {
                 bump(&ctx.counters.auth_failures);
@@ -219,7 +219,7 @@ fn authenticate(ctx: &Ctx, c: &mut Conn, request: Request) {
         }
         _ => b"CLIENT_ERROR unauthenticated\r\n",
     };
-    c.output.extend_from_slice(reply);
+    output.extend_from_slice(reply);
 }
 
 /// Answers every complete request in the input.
@@ -246,7 +246,7 @@ async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
             Ok(Some((request, used))) => {
                 start += used;
                 if !c.authenticated {
-                    authenticate(ctx, c, request);
+                    authenticate(ctx, &mut c.authenticated, &mut c.output, request);
                     continue;
                 }
                 if cmd::is_write(&request) {

@@ -55,7 +55,7 @@ pub fn open(mut config: FlashConfig, keep: bool) -> Result<Arc<Flash>, String> {
 
 /// The key a command reads or changes, if it may be on flash (plain retrievals read flash
 /// themselves, see `cmd::get`).
-fn key_of(request: &Request) -> Option<&[u8]> {
+fn key_of<'r>(request: &'r Request<'_>) -> Option<&'r [u8]> {
     match request {
         Request::Store { key, .. }
         | Request::Delete { key, .. }
@@ -68,7 +68,7 @@ fn key_of(request: &Request) -> Option<&[u8]> {
 
 /// Brings `request`'s key back to RAM if its item is on flash, so the command runs on it
 /// with RAM semantics.
-pub async fn resolve(ctx: &Ctx, request: &Request) {
+pub async fn resolve(ctx: &Ctx, request: &Request<'_>) {
     let (Some(flash), Some(key)) = (&ctx.flash, key_of(request)) else {
         return;
     };
