@@ -11,8 +11,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn"))
 
 
+# CAIRN_TEST_IO_ENGINE=uring runs every server of the suite on that connection engine
+# (scripts/test-all.sh does for test_pymemcache.py); not for TLS servers (tokio only).
+IO_ENGINE = os.environ.get("CAIRN_TEST_IO_ENGINE")
+
+
+def _uring_available():
+    """Whether io_uring_setup (system call 425) works here; some containers forbid it."""
+    import ctypes
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params
+    fd = ctypes.CDLL(None, use_errno=True).syscall(425, 8, params)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+if IO_ENGINE == "uring" and not _uring_available():
+    import sys
+    print("CAIRN_TEST_IO_ENGINE=uring ignored: io_uring is not available here", file=sys.stderr)
+    IO_ENGINE = None
+
+
 class Cairn:
     def __init__(self, data_dir, *args, preexec_fn=None):
+        if IO_ENGINE and "-Z" not in args and "--enable-ssl" not in args:
+            args = ("--io-engine", IO_ENGINE, *args)
         self.proc = subprocess.Popen(
             # The gRPC API on a free port: its default one may be another server's.
             [BIN, "-p", "0", "--data-dir", str(data_dir), "--log-segment-mb", "2",

@@ -47,6 +47,11 @@ pub struct Config {
     /// Worker threads of the runtime (memcached `-t`); 0 = one per core.
     #[arg(short = 't', long)]
     pub threads: usize,
+    /// How connection threads do their socket work: tokio (epoll, the default) or uring
+    /// (io_uring: one system call per turn for all of a thread's connections; plain TCP only,
+    /// not with -Z; Linux with io_uring allowed, else the start is refused).
+    #[arg(long = "io-engine")]
+    pub io_engine: String,
     /// Most simultaneous client connections (memcached `-c`); more are refused politely.
     #[arg(short = 'c', long = "max-connections")]
     pub max_connections: usize,
@@ -225,6 +230,7 @@ impl Default for Config {
             port: 11211,
             listen: "127.0.0.1".to_string(),
             threads: 0,
+            io_engine: "tokio".to_string(),
             max_connections: 1024,
             memory_limit_mb: 64,
             disable_evictions: false,
@@ -564,6 +570,17 @@ impl Config {
                 "udp_port",
                 "must be 0: cairn does not serve memcached's UDP protocol (TCP only)",
             );
+        }
+        match self.io_engine.as_str() {
+            "tokio" => {}
+            "uring" if self.enable_ssl => {
+                return invalid(
+                    "io_engine",
+                    "uring serves plain TCP only: TLS (-Z) needs io_engine = tokio",
+                );
+            }
+            "uring" => {}
+            _ => return invalid("io_engine", "must be tokio or uring"),
         }
         if self.memory_limit_mb == 0 {
             return invalid("memory_limit_mb", "must be at least 1");

@@ -27,12 +27,11 @@ use std::sync::Arc;
 
 use cairn_persist::{take_ticket, Ticket};
 use cairn_proto::{parse, Crawler, MetaCmd, Request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::access::Stream;
 use crate::cmd::{self, Flow};
 use crate::stats::{add, bump};
+use crate::transport::Transport;
 use crate::Ctx;
 
 /// Input buffer size to start with; it grows up to one full request.
@@ -51,9 +50,9 @@ const YIELD_AFTER_BYTES: usize = 256 << 10;
 const REQUESTS_PER_TURN: usize = 20;
 
 /// Per-connection state carried across batches.
-struct Conn {
-    /// TCP, or TLS under `-Z`.
-    stream: Stream,
+struct Conn<S> {
+    /// TCP, or TLS under `-Z` (tokio engine); TCP over io_uring (uring engine).
+    stream: S,
     /// False under `-Y` until the client's `set` carried a user and password of the file.
     authenticated: bool,
     input: Vec<u8>,
@@ -72,8 +71,8 @@ enum Stop {
 }
 
 /// Serves one connection until the client closes, sends `quit`, or shutdown is signalled.
-pub async fn serve(ctx: Arc<Ctx>, stream: Stream, mut shutdown: watch::Receiver<bool>) {
-    let registered = ctx.conns.open(crate::access::tcp(&stream), ctx.now());
+pub async fn serve<S: Transport>(ctx: Arc<Ctx>, stream: S, mut shutdown: watch::Receiver<bool>) {
+    let registered = stream.register(&ctx.conns, ctx.now());
     let mut c = Conn {
         stream,
         authenticated: ctx.auth.is_none(),
@@ -130,7 +129,7 @@ const NOT_SAFE: &[u8] =
 /// Writes the output, once the writes it answers are safe (see the module doc). If they
 /// cannot be, the replies are replaced by an error and the connection ends: nothing is
 /// acknowledged that is not safe.
-async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
+async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
     if !c.unacked.is_empty() {
         let safe = match &ctx.persist {
             Some(p) => p.acknowledged(c.unacked).await,
@@ -148,8 +147,7 @@ async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
                 }
                 _ => c.output.extend_from_slice(NOT_SAFE),
             }
-            let _ = c.stream.write_all(&c.output).await;
-            let _ = c.stream.flush().await;
+            let _ = c.stream.send(&mut c.output).await;
             return Err(Stop::Closed);
         }
         c.unfenced = c.unfenced.merge(c.unacked);
@@ -159,7 +157,7 @@ async fn flush(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
 }
 
 /// `mn`: every earlier write of this connection is durable, whatever the mode.
-async fn fence(ctx: &Ctx, c: &mut Conn) -> bool {
+async fn fence<S>(ctx: &Ctx, c: &mut Conn<S>) -> bool {
     let durable = match &ctx.persist {
         Some(p) => p.durable(c.unfenced).await.is_ok(),
         None => true,
@@ -178,20 +176,18 @@ async fn room_for_a_write(ctx: &Ctx) {
     }
 }
 
-async fn write(ctx: &Ctx, c: &mut Conn) -> Result<(), Stop> {
+async fn write<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
+    let n = c.output.len();
     c.stream
-        .write_all(&c.output)
+        .send(&mut c.output)
         .await
         .map_err(|_| Stop::Closed)?;
-    // A TLS stream may hold written bytes until flushed (a no-op on TCP).
-    c.stream.flush().await.map_err(|_| Stop::Closed)?;
-    add(&ctx.counters.bytes_written, c.output.len() as u64);
-    c.output.clear();
+    add(&ctx.counters.bytes_written, n as u64);
     Ok(())
 }
 
 /// Adds the writes of the request just executed to what the output waits for.
-fn note_writes(c: &mut Conn) {
+fn note_writes<S>(c: &mut Conn<S>) {
     c.unacked = c.unacked.merge(take_ticket());
 }
 
@@ -223,7 +219,7 @@ fn authenticate(ctx: &Ctx, authenticated: &mut bool, output: &mut Vec<u8>, reque
 }
 
 /// Answers every complete request in the input.
-async fn answer_batch(ctx: &Arc<Ctx>, c: &mut Conn) -> Result<Flow, Stop> {
+async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<Flow, Stop> {
     let mut start = 0;
     let mut this_turn = 0;
     // A request's latency runs from the end of the one before it (or from here, for the

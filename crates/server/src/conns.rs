@@ -84,8 +84,23 @@ impl Registry {
     /// Registers a client connection until the handle is dropped.
     pub fn open(&self, stream: &tokio::net::TcpStream, now: u32) -> Option<Handle<'_>> {
         let addr = stream.peer_addr().ok()?;
-        let fd = stream.as_raw_fd();
-        let entry = self.insert(fd, addr, stream.local_addr().ok(), State::Waiting, now);
+        self.open_fd(stream.as_raw_fd(), addr, stream.local_addr().ok(), now)
+    }
+
+    /// [`Registry::open`] for a socket outside tokio (the io_uring engine's).
+    pub fn open_std(&self, stream: &std::net::TcpStream, now: u32) -> Option<Handle<'_>> {
+        let addr = stream.peer_addr().ok()?;
+        self.open_fd(stream.as_raw_fd(), addr, stream.local_addr().ok(), now)
+    }
+
+    fn open_fd(
+        &self,
+        fd: i32,
+        addr: SocketAddr,
+        listen_addr: Option<SocketAddr>,
+        now: u32,
+    ) -> Option<Handle<'_>> {
+        let entry = self.insert(fd, addr, listen_addr, State::Waiting, now);
         Some(Handle {
             registry: self,
             fd,

@@ -24,6 +24,8 @@ pub mod grpc;
 pub mod metrics;
 pub mod server;
 pub mod stats;
+pub mod transport;
+pub mod uring;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};

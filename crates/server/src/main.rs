@@ -63,6 +63,11 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         .await
         .map_err(|e| format!("refusing to start: cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    if config.io_engine == "uring" {
+        cairn_server::uring::available().map_err(|e| {
+            format!("refusing to start: io_engine uring: io_uring is not available here ({e}); use --io-engine tokio")
+        })?;
+    }
     let metrics_listener = match config.metrics_addr {
         Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
             format!("refusing to start: cannot listen on metrics address {a}: {e}")
@@ -86,6 +91,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     tracing::info!(
         addr = %local,
         threads = c.worker_threads(),
+        io_engine = %c.io_engine,
         memory_limit_mb = c.memory_limit_mb,
         item_size_max = c.item_size_max,
         max_connections = c.max_connections,

@@ -48,7 +48,7 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         // A `flush_all <delay>` recovered from the log, still in the future.
         crate::cmd::flush::arm_timer(&ctx, at, ctx.now());
     }
-    let workers = match Workers::start(ctx.config.worker_threads()) {
+    let workers = match Engine::start(&ctx) {
         Ok(w) => w,
         Err(e) => {
             tracing::error!("cannot start the connection threads: {e}");
@@ -105,6 +105,25 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
                 continue;
             }
         };
+        let workers = match &workers {
+            Engine::Tokio(workers) => workers,
+            Engine::Uring(pool) => {
+                // The same connection::serve, over the thread's ring.
+                pool.spawn(Box::new(move || {
+                    Box::pin(async move {
+                        match crate::uring::Socket::new(stream) {
+                            Ok(s) => connection::serve(Arc::clone(&ctx), s, shutdown).await,
+                            Err(e) => {
+                                tracing::debug!(%peer, "cannot hand the connection over: {e}")
+                            }
+                        }
+                        closed(&ctx);
+                        drop(permit);
+                    })
+                }));
+                continue;
+            }
+        };
         workers.spawn(async move {
             match tokio::net::TcpStream::from_std(stream) {
                 Ok(stream) => {
@@ -124,6 +143,30 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     workers.stop();
     let _ = reclaim.await;
     let _ = checkpoints.await;
+}
+
+/// The connection threads of the engine in force (`io_engine`).
+enum Engine {
+    Tokio(Workers),
+    Uring(crate::uring::Pool),
+}
+
+impl Engine {
+    fn start(ctx: &Ctx) -> std::io::Result<Engine> {
+        let n = ctx.config.worker_threads();
+        if ctx.config.io_engine == "uring" {
+            let runtime = tokio::runtime::Handle::current();
+            return crate::uring::Pool::start(n, runtime).map(Engine::Uring);
+        }
+        Workers::start(n).map(Engine::Tokio)
+    }
+
+    fn stop(self) {
+        match self {
+            Engine::Tokio(w) => w.stop(),
+            Engine::Uring(p) => p.stop(),
+        }
+    }
 }
 
 /// The threads that serve client connections, each running a single-threaded tokio runtime

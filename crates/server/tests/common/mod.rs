@@ -92,6 +92,7 @@ impl Server {
         } else {
             &["--grpc-listen", "127.0.0.1:0"]
         };
+        let engine = io_engine(args);
         let binary = env!("CARGO_BIN_EXE_cairn");
         let mut command = match prefix.split_first() {
             Some((first, rest)) => {
@@ -107,6 +108,7 @@ impl Server {
             .args(grpc)
             .arg("--data-dir")
             .arg(dir)
+            .args(engine)
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -146,6 +148,25 @@ impl Server {
     pub fn connect(&self) -> Conn {
         Conn::new(self.addr)
     }
+}
+
+/// `--io-engine X` when the environment names `CAIRN_TEST_IO_ENGINE=X` (scripts/test-all.sh
+/// runs the wire tests again on `uring`), unless the test's server uses TLS (tokio only). On
+/// a machine without io_uring the variable is ignored, with a note on stderr.
+fn io_engine(args: &[&str]) -> Vec<String> {
+    let Ok(engine) = std::env::var("CAIRN_TEST_IO_ENGINE") else {
+        return Vec::new();
+    };
+    if args.contains(&"-Z") || args.contains(&"--enable-ssl") {
+        return Vec::new();
+    }
+    if engine == "uring" {
+        if let Err(e) = cairn_server::uring::available() {
+            eprintln!("CAIRN_TEST_IO_ENGINE=uring ignored: io_uring is not available here ({e})");
+            return Vec::new();
+        }
+    }
+    vec!["--io-engine".to_string(), engine]
 }
 
 impl Drop for Server {

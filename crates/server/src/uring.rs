@@ -1,0 +1,555 @@
+//! The io_uring connection engine (`--io-engine uring`): each connection thread runs one ring
+//! and a small executor of its own instead of a tokio runtime, so that one `io_uring_enter`
+//! per turn submits every receive and send of the thread's connections and waits for the
+//! next completions (an epoll server makes one read and one write system call per request,
+//! plus its epoll_wait). The request handling is `connection::serve`'s, unchanged: this file
+//! only moves the bytes ([`Socket`] is its [`Transport`]).
+//!
+//! ```text
+//!   server::run (accept, tokio) ── Pool::spawn, round robin ──> Inbox of thread i + eventfd
+//!   thread i: loop {
+//!     new connections ─> tasks (connection::serve over a Socket)
+//!     poll the tasks woken since the last turn, once each ─> their recv/send SQEs
+//!     io_uring_enter: submit them all; wait for one completion if no task is ready
+//!     completions ─> the op's slot holds the result ─> wake its task
+//!   }
+//!   a wake from another thread (durability, shutdown, a timer) ─> Inbox + eventfd write,
+//!   whose read is always pending in the ring
+//! ```
+//!
+//! A receive or send owns its buffer while the kernel may use it: `read_buf` and `send` move
+//! the connection's Vec into the op's slot and get it back with the result. An op whose
+//! future is dropped first (the connection ended) is cancelled, and its slot keeps the buffer
+//! until the kernel reports it done, so the kernel never writes into freed memory.
+//!
+//! The thread enters the main runtime's context, so what the request path awaits from tokio
+//! (timers, `spawn_blocking` for admin checkpoints, tokio's channels) works unchanged; those
+//! wake the task through the Inbox. Plain TCP only: TLS (`-Z`) needs the tokio engine
+//! (refused at start, config.rs). A kernel without io_uring (or a sandbox that forbids it)
+//! refuses the start with the reason.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use io_uring::{opcode, squeue, types, IoUring};
+use parking_lot::Mutex;
+
+use crate::conns::{Handle, Registry};
+use crate::transport::Transport;
+
+/// Submission queue entries per ring (the completion queue is twice as large; the kernel
+/// keeps overflowing completions rather than dropping them).
+const RING_ENTRIES: u32 = 1024;
+/// `user_data` of the eventfd read and of cancellations (slot numbers are below these).
+const EVENTFD: u64 = u64::MAX;
+const CANCEL: u64 = u64::MAX - 1;
+
+/// Builds a connection's task on its thread (the future itself need not be `Send`).
+pub type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
+
+/// Whether this process may use io_uring: a ring is created and dropped, on a thread of its
+/// own, because the kernel's teardown of a ring interrupts the creating thread's blocking
+/// system calls (a socket read with a timeout then fails with EINTR).
+pub fn available() -> io::Result<()> {
+    std::thread::scope(|s| {
+        s.spawn(|| IoUring::new(8).map(drop))
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("io_uring check panicked")))
+    })
+}
+
+/// The connection threads of the io_uring engine.
+pub struct Pool {
+    threads: Vec<Arc<Shared>>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    /// Starts `n` threads (at least one), each with its ring; an error if a ring cannot be
+    /// made (io_uring unavailable). `runtime` is entered by every thread (see the module doc).
+    pub fn start(n: usize, runtime: tokio::runtime::Handle) -> io::Result<Pool> {
+        let mut threads = Vec::new();
+        for i in 0..n.max(1) {
+            let ring = IoUring::new(RING_ENTRIES)?;
+            // SAFETY: eventfd returns a new descriptor or -1.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let shared = Arc::new(Shared {
+                inbox: Mutex::new(Inbox::default()),
+                sleeping: AtomicBool::new(false),
+                // SAFETY: fd was just created and is owned by nothing else.
+                eventfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            });
+            let s = Arc::clone(&shared);
+            let runtime = runtime.clone();
+            std::thread::Builder::new()
+                .name(format!("cairn-uring-{i}"))
+                .spawn(move || {
+                    let _entered = runtime.enter();
+                    if let Err(e) = run(s, ring) {
+                        tracing::error!("io_uring connection thread stopped: {e}");
+                    }
+                })?;
+            threads.push(shared);
+        }
+        Ok(Pool {
+            threads,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Runs a connection's task on the next thread (round robin).
+    pub fn spawn(&self, job: Job) {
+        let i = self.next.fetch_add(1, Relaxed) % self.threads.len();
+        let shared = &self.threads[i];
+        shared.inbox.lock().jobs.push(job);
+        shared.notify();
+    }
+
+    /// Lets every thread end (call once no connection is left); tasks still there are dropped.
+    pub fn stop(self) {
+        for shared in &self.threads {
+            shared.inbox.lock().stop = true;
+            shared.notify();
+        }
+    }
+}
+
+/// What other threads hand a connection thread.
+#[derive(Default)]
+struct Inbox {
+    jobs: Vec<Job>,
+    /// Tasks woken from other threads.
+    woken: Vec<usize>,
+    stop: bool,
+}
+
+/// One connection thread's side visible to others.
+struct Shared {
+    inbox: Mutex<Inbox>,
+    /// The thread waits (or is about to) in `io_uring_enter`: a wake must write the eventfd.
+    sleeping: AtomicBool,
+    eventfd: OwnedFd,
+}
+
+impl Shared {
+    /// After something was put in the inbox: wakes the thread if it sleeps.
+    fn notify(&self) {
+        if self.sleeping.swap(false, SeqCst) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+            unsafe {
+                libc::write(
+                    self.eventfd.as_raw_fd(),
+                    (&one as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+    }
+}
+
+/// A task's waker: on its own thread it joins the local ready list, elsewhere the inbox.
+struct TaskWaker {
+    id: usize,
+    shared: Arc<Shared>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let owner = Arc::as_ptr(&self.shared) as usize;
+        let local = READY.with(|r| match r.try_borrow_mut() {
+            Ok(mut r) if r.owner == owner => {
+                r.ids.push(self.id);
+                true
+            }
+            _ => false,
+        });
+        if !local {
+            self.shared.inbox.lock().woken.push(self.id);
+            self.shared.notify();
+        }
+    }
+}
+
+/// The tasks woken on this thread, polled in the next turn.
+#[derive(Default)]
+struct Ready {
+    /// The thread's `Shared`, by address (0 on threads that are not connection threads).
+    owner: usize,
+    ids: Vec<usize>,
+}
+
+/// A ring operation's slot, by `user_data`.
+enum Slot {
+    Free,
+    /// Submitted; the buffer the kernel reads or fills lives here meanwhile.
+    Waiting {
+        waker: Option<Waker>,
+        buf: Vec<u8>,
+    },
+    Done {
+        result: i32,
+        buf: Vec<u8>,
+    },
+    /// Its future was dropped: freed when the kernel reports the op done.
+    Orphan {
+        _buf: Vec<u8>,
+    },
+}
+
+/// This thread's ring and op slots.
+struct Driver {
+    ring: IoUring,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+}
+
+thread_local! {
+    static READY: RefCell<Ready> = RefCell::new(Ready::default());
+    static DRIVER: RefCell<Option<Driver>> = const { RefCell::new(None) };
+}
+
+impl Driver {
+    /// Queues an entry, submitting the queue first if it is full.
+    fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: every entry points into a buffer held by its slot (or by the thread, for
+        // the eventfd read) until its completion is reaped.
+        while unsafe { self.ring.submission().push(entry) }.is_err() {
+            self.ring.submit()?;
+        }
+        Ok(())
+    }
+}
+
+/// One submitted operation; resolves to the kernel's result and the buffer back.
+struct Op {
+    id: usize,
+    done: bool,
+    /// Tied to the thread whose ring holds it.
+    _local: std::marker::PhantomData<*const ()>,
+}
+
+impl Op {
+    /// Submits `entry` (which points into `buf`'s heap memory) with `buf` kept in its slot.
+    fn submit(buf: Vec<u8>, entry: squeue::Entry) -> io::Result<Op> {
+        DRIVER.with(|d| {
+            let mut d = d.borrow_mut();
+            let d = d
+                .as_mut()
+                .ok_or_else(|| io::Error::other("not an io_uring connection thread"))?;
+            let id = match d.free.pop() {
+                Some(id) => id,
+                None => {
+                    d.slots.push(Slot::Free);
+                    d.slots.len() - 1
+                }
+            };
+            d.slots[id] = Slot::Waiting { waker: None, buf };
+            if let Err(e) = d.push(&entry.user_data(id as u64)) {
+                d.slots[id] = Slot::Free;
+                d.free.push(id);
+                return Err(e);
+            }
+            Ok(Op {
+                id,
+                done: false,
+                _local: std::marker::PhantomData,
+            })
+        })
+    }
+}
+
+impl Future for Op {
+    type Output = (i32, Vec<u8>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let id = self.id;
+        let out = DRIVER.with(|d| {
+            let mut d = d.borrow_mut();
+            let d = d.as_mut().expect("io_uring op polled off its thread");
+            match std::mem::replace(&mut d.slots[id], Slot::Free) {
+                Slot::Done { result, buf } => {
+                    d.free.push(id);
+                    Some((result, buf))
+                }
+                Slot::Waiting { buf, .. } => {
+                    d.slots[id] = Slot::Waiting {
+                        waker: Some(cx.waker().clone()),
+                        buf,
+                    };
+                    None
+                }
+                other => {
+                    d.slots[id] = other;
+                    None
+                }
+            }
+        });
+        match out {
+            Some(out) => {
+                self.done = true;
+                Poll::Ready(out)
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Op {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let id = self.id;
+        DRIVER.with(|d| {
+            let Ok(mut d) = d.try_borrow_mut() else {
+                return;
+            };
+            let Some(d) = d.as_mut() else {
+                return;
+            };
+            match std::mem::replace(&mut d.slots[id], Slot::Free) {
+                Slot::Waiting { buf, .. } => {
+                    d.slots[id] = Slot::Orphan { _buf: buf };
+                    let cancel = opcode::AsyncCancel::new(id as u64)
+                        .build()
+                        .user_data(CANCEL);
+                    let _ = d.push(&cancel);
+                }
+                Slot::Done { .. } => d.free.push(id),
+                other => d.slots[id] = other,
+            }
+        });
+    }
+}
+
+/// A client's TCP socket on a connection thread of the io_uring engine.
+pub struct Socket {
+    tcp: std::net::TcpStream,
+}
+
+impl Socket {
+    /// Takes an accepted socket (made blocking: the ring never blocks the thread on it, and
+    /// the kernel then waits for readiness itself instead of answering EAGAIN).
+    pub fn new(tcp: std::net::TcpStream) -> io::Result<Socket> {
+        tcp.set_nonblocking(false)?;
+        tcp.set_nodelay(true)?;
+        Ok(Socket { tcp })
+    }
+
+    fn fd(&self) -> types::Fd {
+        types::Fd(self.tcp.as_raw_fd())
+    }
+}
+
+/// A completion's result as io::Result.
+fn result(res: i32) -> io::Result<usize> {
+    if res < 0 {
+        Err(io::Error::from_raw_os_error(-res))
+    } else {
+        Ok(res as usize)
+    }
+}
+
+impl Transport for Socket {
+    fn register<'r>(&self, conns: &'r Registry, now: u32) -> Option<Handle<'r>> {
+        conns.open_std(&self.tcp, now)
+    }
+
+    async fn read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        let mut owned = std::mem::take(buf);
+        if owned.capacity() == owned.len() {
+            owned.reserve(4096);
+        }
+        let spare = owned.spare_capacity_mut();
+        let entry =
+            opcode::Recv::new(self.fd(), spare.as_mut_ptr().cast(), spare.len() as u32).build();
+        let (res, mut owned) = Op::submit(owned, entry)?.await;
+        let n = result(res);
+        if let Ok(n) = n {
+            // SAFETY: the kernel wrote n bytes into the spare capacity.
+            unsafe { owned.set_len(owned.len() + n) };
+        }
+        *buf = owned;
+        n
+    }
+
+    async fn send(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let mut owned = std::mem::take(buf);
+        let mut sent = 0;
+        while sent < owned.len() {
+            let rest = &owned[sent..];
+            let entry = opcode::Send::new(self.fd(), rest.as_ptr(), rest.len() as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build();
+            let (res, back) = Op::submit(owned, entry)?.await;
+            owned = back;
+            match result(res) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) => return Err(e),
+            }
+        }
+        owned.clear();
+        *buf = owned;
+        Ok(())
+    }
+}
+
+/// A connection's task on its thread.
+struct Task {
+    future: Pin<Box<dyn Future<Output = ()>>>,
+    waker: Waker,
+    /// The last turn it was polled in (a task woken twice is polled once per turn).
+    turn: u64,
+}
+
+/// One connection thread's loop (see the module doc).
+fn run(shared: Arc<Shared>, ring: IoUring) -> io::Result<()> {
+    READY.with(|r| r.borrow_mut().owner = Arc::as_ptr(&shared) as usize);
+    DRIVER.with(|d| {
+        *d.borrow_mut() = Some(Driver {
+            ring,
+            slots: Vec::new(),
+            free: Vec::new(),
+        })
+    });
+    // The eventfd read, always pending: another thread's wake completes it. Its 8 bytes
+    // are leaked: the kernel may still write them while the ring is torn down.
+    let counter: &'static mut u64 = Box::leak(Box::new(0u64));
+    let eventfd_read = opcode::Read::new(
+        types::Fd(shared.eventfd.as_raw_fd()),
+        (counter as *mut u64).cast(),
+        8,
+    )
+    .build()
+    .user_data(EVENTFD);
+    with_driver(|d| d.push(&eventfd_read))?;
+    let mut tasks: Vec<Option<Task>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut this_turn: Vec<usize> = Vec::new();
+    let mut completions: Vec<(u64, i32)> = Vec::new();
+    let mut turn = 0u64;
+    let result = loop {
+        turn += 1;
+        let (jobs, stop) = {
+            let mut inbox = shared.inbox.lock();
+            this_turn.append(&mut inbox.woken);
+            (std::mem::take(&mut inbox.jobs), inbox.stop)
+        };
+        if stop {
+            break Ok(());
+        }
+        for job in jobs {
+            let id = free.pop().unwrap_or_else(|| {
+                tasks.push(None);
+                tasks.len() - 1
+            });
+            let waker = Waker::from(Arc::new(TaskWaker {
+                id,
+                shared: Arc::clone(&shared),
+            }));
+            tasks[id] = Some(Task {
+                future: job(),
+                waker,
+                turn: 0,
+            });
+            this_turn.push(id);
+        }
+        READY.with(|r| this_turn.append(&mut r.borrow_mut().ids));
+        for id in this_turn.drain(..) {
+            let Some(Some(task)) = tasks.get_mut(id) else {
+                continue;
+            };
+            if task.turn == turn {
+                continue;
+            }
+            task.turn = turn;
+            let mut cx = Context::from_waker(&task.waker);
+            if task.future.as_mut().poll(&mut cx).is_ready() {
+                // Dropped here, outside any borrow of the driver: its ops are cancelled.
+                tasks[id] = None;
+                free.push(id);
+            }
+        }
+        let more = READY.with(|r| !r.borrow().ids.is_empty());
+        let entered = if more {
+            with_driver(|d| d.ring.submit())
+        } else {
+            shared.sleeping.store(true, SeqCst);
+            let pending = {
+                let inbox = shared.inbox.lock();
+                !inbox.woken.is_empty() || !inbox.jobs.is_empty() || inbox.stop
+            };
+            let r = if pending {
+                with_driver(|d| d.ring.submit())
+            } else {
+                with_driver(|d| d.ring.submit_and_wait(1))
+            };
+            shared.sleeping.store(false, SeqCst);
+            r
+        };
+        match entered {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => break Err(e),
+        }
+        // Reap, then wake outside the driver's borrow.
+        let mut wakers: Vec<Waker> = Vec::new();
+        let rearm = with_driver(|d| {
+            completions.extend(d.ring.completion().map(|c| (c.user_data(), c.result())));
+            let mut rearm = false;
+            for (data, res) in completions.drain(..) {
+                match data {
+                    EVENTFD => rearm = true,
+                    CANCEL => {}
+                    id => {
+                        let id = id as usize;
+                        match std::mem::replace(&mut d.slots[id], Slot::Free) {
+                            Slot::Waiting { waker, buf } => {
+                                d.slots[id] = Slot::Done { result: res, buf };
+                                wakers.extend(waker);
+                            }
+                            Slot::Orphan { .. } => d.free.push(id),
+                            other => d.slots[id] = other,
+                        }
+                    }
+                }
+            }
+            rearm
+        });
+        for w in wakers {
+            w.wake();
+        }
+        if rearm {
+            with_driver(|d| d.push(&eventfd_read))?;
+        }
+    };
+    // Tasks left (none after a graceful stop) are dropped with their ops cancelled; the ring
+    // goes with the thread, and the kernel cancels whatever is still in flight. Buffers of
+    // ops not reported done yet are leaked rather than freed under the kernel.
+    drop(tasks);
+    if let Some(d) = DRIVER.with(|d| d.borrow_mut().take()) {
+        drop(d.ring);
+        std::mem::forget(d.slots);
+    }
+    result
+}
+
+fn with_driver<R>(f: impl FnOnce(&mut Driver) -> R) -> R {
+    DRIVER.with(|d| f(d.borrow_mut().as_mut().expect("connection thread's ring")))
+}

@@ -1,0 +1,192 @@
+//! The io_uring connection engine (`--io-engine uring`) on what its own code does: buffers
+//! the kernel owns while a receive or send is in flight (large values, a multi-get flushed in
+//! the middle, a pipeline), connections closed with a receive pending, durability waits, and
+//! the refusal of TLS. scripts/test-all.sh also runs the wire, connection-thread and
+//! persistence tests and pymemcache on it (`CAIRN_TEST_IO_ENGINE=uring`). Where io_uring is
+//! not allowed (some containers), the tests that need it say so and pass.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::Command;
+
+use common::{golden, Server};
+
+/// False (with a note) where this process may not use io_uring.
+fn uring() -> bool {
+    match cairn_server::uring::available() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("io_uring is not available here ({e}): test skipped");
+            false
+        }
+    }
+}
+
+#[test]
+fn large_values_a_flushed_multi_get_and_a_pipeline() {
+    if !uring() {
+        return;
+    }
+    let server = Server::start(&[
+        "--io-engine",
+        "uring",
+        "--persistence",
+        "off",
+        "-t",
+        "2",
+        "--output-buffer-max",
+        "65536",
+    ]);
+    let mut c = server.connect();
+    let big = "v".repeat(900_000);
+    golden(
+        &mut c,
+        &[(
+            &format!("set big 0 0 {}\r\n{big}\r\n", big.len()),
+            "STORED\r\n",
+        )],
+    );
+    // 40 copies of a 900 KB value: the reply is flushed between keys many times over.
+    let keys = vec!["big"; 40].join(" ");
+    c.send(format!("get {keys}\r\n").as_bytes());
+    let got = c.read_until(b"END\r\n");
+    let one = format!("VALUE big 0 {}\r\n{big}\r\n", big.len());
+    assert_eq!(got.len(), one.len() * 40 + 5);
+    assert!(got.starts_with(one.as_bytes()));
+    // 5000 pipelined requests in one write, answered in order.
+    let mut pipeline = String::new();
+    let mut expect = String::new();
+    for i in 0..2500 {
+        pipeline.push_str(&format!(
+            "set k{i} 0 0 {}\r\n{i}\r\nget k{i}\r\n",
+            i.to_string().len()
+        ));
+        expect.push_str(&format!(
+            "STORED\r\nVALUE k{i} 0 {}\r\n{i}\r\nEND\r\n",
+            i.to_string().len()
+        ));
+    }
+    c.send(pipeline.as_bytes());
+    let got = c.read_until(b"k2499 0 4\r\n2499\r\nEND\r\n");
+    assert_eq!(String::from_utf8(got).unwrap(), expect);
+}
+
+/// Clients that go away with a receive pending, in the middle of a request, or without
+/// reading their replies: the server goes on serving the others, and `stats` counts them out.
+#[test]
+fn connections_that_vanish_leave_the_engine_serving() {
+    if !uring() {
+        return;
+    }
+    let server = Server::start(&["--io-engine", "uring", "--persistence", "off", "-t", "2"]);
+    for i in 0..50 {
+        let mut c = std::net::TcpStream::connect(server.addr).unwrap();
+        match i % 3 {
+            0 => {}
+            1 => c.write_all(b"set half 0 0 10\r\nabc").unwrap(),
+            _ => {
+                // A reply the client never reads.
+                let keys = vec!["nothing"; 20_000].join(" ");
+                c.write_all(format!("get {keys}\r\n").as_bytes()).unwrap();
+            }
+        }
+        drop(c);
+    }
+    let mut c = server.connect();
+    golden(&mut c, &[("set k 0 0 1\r\nv\r\n", "STORED\r\n")]);
+    // Every vanished connection is closed (curr_connections counts this one only).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        c.send(b"stats\r\n");
+        let stats = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+        if stats.contains("STAT curr_connections 1\r\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Sync persistence: a STORED sent over the ring was durable (survives kill -9), and the `mn`
+/// fence waits for the log as on the tokio engine.
+#[test]
+fn acknowledged_writes_survive_a_kill() {
+    if !uring() {
+        return;
+    }
+    let mut server = Server::start(&["--io-engine", "uring", "--persistence", "sync"]);
+    let dir = server.dir.clone();
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set a 0 0 1\r\n1\r\n", "STORED\r\n"),
+            // golden fences each row with `mn`: the noreply write is durable before MN.
+            ("set b 0 0 1 noreply\r\n2\r\n", ""),
+        ],
+    );
+    // kill -9, keeping `server` (and so its temporary folder) for the restart.
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let again = Server::start_in(&dir, &["--io-engine", "uring", "--persistence", "sync"]);
+    let mut c = again.connect();
+    golden(
+        &mut c,
+        &[(
+            "get a b\r\n",
+            "VALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nEND\r\n",
+        )],
+    );
+}
+
+#[test]
+fn uring_with_tls_and_an_unknown_engine_refuse_the_start() {
+    for (args, why) in [
+        (
+            &[
+                "--io-engine",
+                "uring",
+                "-Z",
+                "--ssl-chain-cert",
+                "c.pem",
+                "--ssl-key",
+                "k.pem",
+            ][..],
+            "TLS (-Z) needs io_engine = tokio",
+        ),
+        (&["--io-engine", "epoll"][..], "must be tokio or uring"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["-p", "0", "--grpc-listen", "off", "--data-dir"])
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("io_engine") && err.contains(why), "{err}");
+    }
+}
+
+/// `stats conns` lists the engine's connections with their addresses.
+#[test]
+fn stats_conns_lists_uring_connections() {
+    if !uring() {
+        return;
+    }
+    let server = Server::start(&["--io-engine", "uring", "--persistence", "off"]);
+    let mut c = server.connect();
+    let mine = c.stream.local_addr().unwrap();
+    c.send(b"stats conns\r\n");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"END\r\n") {
+        let n = c.stream.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8(got).unwrap();
+    assert!(text.contains(&format!(":addr tcp:{mine}\r\n")), "{text}");
+}
