@@ -198,6 +198,7 @@ counters! {
     flash_too_large: "Items evicted from RAM and dropped because they exceed a flash segment.",
     get_extstore: "Reads from flash that found their item.",
     flash_device_reads: "Reads issued to the flash device for lookups.",
+    flash_reads_own_ring: "Device reads a connection's worker thread submitted to its own io_uring and reaped itself (no other thread involved).",
     flash_buffered_reads: "Flash lookups served from a segment not yet written.",
     miss_from_extstore: "Flash reads that did not hold the key (another key's hash tag).",
     badcrc_from_extstore: "Flash reads whose item failed its checksum (answered as a miss).",
@@ -608,7 +609,8 @@ impl Flash {
                 let _slot = self.read_slots.acquire().await;
                 self.counters.flash_device_reads.fetch_add(1, Relaxed);
                 let offset = u64::from(loc.block()) * BLOCK as u64;
-                match self.reader.read(offset, len).await {
+                let own = &self.counters.flash_reads_own_ring;
+                match self.reader.read(offset, len, own).await {
                     Ok(buf) => self.decode(&buf, loc, key),
                     Err(e) => {
                         self.read_failed(seg, &e);

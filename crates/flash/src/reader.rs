@@ -1,6 +1,12 @@
 //! Device reads for flash hits, awaited by connections without blocking a tokio worker.
 //!
 //! ```text
+//!   on a current-thread runtime (the server's connection workers), no other thread:
+//!   connection task ── Read SQE + io_uring_enter ──> the worker thread's own ring
+//!        ^                                                │ completion signals an eventfd
+//!        └── reaps the completion itself <── the runtime's reactor sees the eventfd readable
+//!
+//!   elsewhere (a multi-thread runtime, where a task may move between threads):
 //!   connection task ──Req{offset, buf, oneshot}──> channel ──(eventfd wakes the ring)──┐
 //!        ^                                                                            v
 //!        └──────────── oneshot (buf, result) <── completion ── io_uring thread: one Read
@@ -14,8 +20,10 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 
 use io_uring::{opcode, types, IoUring};
@@ -62,14 +70,32 @@ impl Reader {
         }
     }
 
-    /// Reads `len` bytes (whole blocks) at `offset`.
-    pub async fn read(&self, offset: u64, len: usize) -> io::Result<AlignedBuf> {
+    /// Reads `len` bytes (whole blocks) at `offset`; counts in `own_ring` the reads that went
+    /// through the calling worker thread's own ring.
+    pub async fn read(
+        &self,
+        offset: u64,
+        len: usize,
+        own_ring: &AtomicU64,
+    ) -> io::Result<AlignedBuf> {
+        let mut buf = AlignedBuf::new(len);
+        if let Reader::Uring(r) = self {
+            if r.per_worker {
+                if let Some(ring) = LocalRing::current() {
+                    match ring.submit(r.fd, offset, buf) {
+                        Ok(id) => {
+                            own_ring.fetch_add(1, Relaxed);
+                            let (buf, result) = ring.wait(id).await;
+                            return completed(buf, result);
+                        }
+                        // The ring is full: the shared one takes it.
+                        Err(b) => buf = b,
+                    }
+                }
+            }
+        }
         let (done, rx) = oneshot::channel();
-        let req = Req {
-            offset,
-            buf: AlignedBuf::new(len),
-            done,
-        };
+        let req = Req { offset, buf, done };
         match self {
             Reader::Uring(r) => r.submit(req)?,
             Reader::Pool(p) => p.submit(req)?,
@@ -88,8 +114,30 @@ const RING_ENTRIES: u32 = 256;
 /// user_data of the eventfd read that wakes the ring thread for new requests.
 const WAKE: u64 = u64::MAX;
 
-/// The io_uring reader: one thread owns the ring.
+/// Set to 1, reads go through the one shared ring thread even from current-thread runtimes
+/// (the design before rings per worker; kept for A/B benchmarks).
+pub const SHARED_RING_ENV: &str = "CAIRN_FLASH_SHARED_RING";
+
+/// A read's result from its completion's `res`.
+fn completed(buf: AlignedBuf, result: i32) -> io::Result<AlignedBuf> {
+    if result < 0 {
+        Err(io::Error::from_raw_os_error(-result))
+    } else if result as usize != buf.len() {
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("short flash read: {result} of {} bytes", buf.len()),
+        ))
+    } else {
+        Ok(buf)
+    }
+}
+
+/// The io_uring reader: rings of the worker threads, and one thread owning a shared ring
+/// for callers on multi-thread runtimes.
 pub struct UringReader {
+    fd: RawFd,
+    /// Whether current-thread runtimes use a ring of their own.
+    per_worker: bool,
     tx: Mutex<Option<Sender<Req>>>,
     wake: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
@@ -128,6 +176,8 @@ impl UringReader {
             .name("flash-uring".into())
             .spawn(move || ring_loop(ring, fd, rx, thread_wake))?;
         Ok(UringReader {
+            fd,
+            per_worker: std::env::var(SHARED_RING_ENV).as_deref() != Ok("1"),
             tx: Mutex::new(Some(tx)),
             wake,
             thread: Some(thread),
@@ -245,17 +295,10 @@ fn ring_loop(mut ring: IoUring, fd: RawFd, rx: Receiver<Req>, wake: Arc<OwnedFd>
             let req = slots[id as usize].take().expect("a request per completion");
             free.push(id as usize);
             in_flight -= 1;
-            let r = if result < 0 {
-                Err(io::Error::from_raw_os_error(-result))
-            } else if result as usize != req.buf.len() {
-                Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("short flash read: {result} of {} bytes", req.buf.len()),
-                ))
-            } else {
-                Ok(())
-            };
-            let _ = req.done.send((req.buf, r));
+            let _ = req.done.send(match completed(req.buf, result) {
+                Ok(buf) => (buf, Ok(())),
+                Err(e) => (AlignedBuf::new(0), Err(e)),
+            });
         }
     }
 }
@@ -308,6 +351,223 @@ impl Drop for PoolReader {
         self.tx.lock().take();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// Entries of a worker thread's own ring.
+const LOCAL_RING_ENTRIES: u32 = 256;
+
+thread_local! {
+    /// The ring of this thread's current-thread runtime (by the runtime's id), made at the
+    /// thread's first flash read.
+    static LOCAL_RING: std::cell::RefCell<Option<(tokio::runtime::Id, Arc<LocalRing>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A ring owned by one worker thread whose runtime is current-thread (tasks never move): a
+/// connection submits its read to it and reaps completions itself, woken through an eventfd
+/// the ring signals and the runtime's reactor watches. No other thread takes part.
+struct LocalRing {
+    state: Mutex<LocalState>,
+    /// Signalled by the kernel on each completion (`IORING_REGISTER_EVENTFD`).
+    efd: tokio::io::unix::AsyncFd<OwnedFd>,
+}
+
+/// Field order matters: the ring waits for reads still in flight (Drop) before the slots
+/// holding their buffers go.
+struct LocalState {
+    ring: IoUring,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    in_flight: usize,
+}
+
+enum Slot {
+    Free,
+    /// Read submitted; the buffer is the kernel's until its completion.
+    InFlight(AlignedBuf, Option<Waker>),
+    Done(AlignedBuf, i32),
+    /// The reader went away (its future dropped) while the read was in flight.
+    Abandoned(AlignedBuf),
+}
+
+impl Drop for LocalState {
+    fn drop(&mut self) {
+        // The buffers of reads in flight must outlive them.
+        while self.in_flight > 0 {
+            if self.ring.submit_and_wait(1).is_err() {
+                // Leak rather than free memory the kernel may still write into.
+                for s in self.slots.drain(..) {
+                    if let Slot::InFlight(b, _) | Slot::Abandoned(b) = s {
+                        std::mem::forget(b);
+                    }
+                }
+                return;
+            }
+            self.reap();
+        }
+    }
+}
+
+impl LocalState {
+    /// Moves every completion into its slot, waking its reader.
+    fn reap(&mut self) {
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (id, result) in done {
+            let id = id as usize;
+            self.in_flight -= 1;
+            match std::mem::replace(&mut self.slots[id], Slot::Free) {
+                Slot::InFlight(buf, waker) => {
+                    self.slots[id] = Slot::Done(buf, result);
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                }
+                Slot::Abandoned(_) => self.free.push(id),
+                other => self.slots[id] = other,
+            }
+        }
+    }
+}
+
+impl LocalRing {
+    fn new() -> io::Result<LocalRing> {
+        let ring = IoUring::new(LOCAL_RING_ENTRIES)?;
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: efd is a fresh descriptor we own.
+        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+        ring.submitter().register_eventfd(efd.as_raw_fd())?;
+        Ok(LocalRing {
+            state: Mutex::new(LocalState {
+                ring,
+                slots: Vec::new(),
+                free: Vec::new(),
+                in_flight: 0,
+            }),
+            // SAFETY: the AsyncFd owns the descriptor, which stays open and the same until
+            // it is dropped. (A current-thread runtime without I/O enabled would panic here;
+            // every runtime that reads flash serves sockets.)
+            efd: unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE)
+            }
+            .map_err(|e| e.into_parts().1)?,
+        })
+    }
+
+    /// This thread's ring, if its runtime is current-thread (else tasks may move between
+    /// threads, and reads go through the shared ring).
+    fn current() -> Option<Arc<LocalRing>> {
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
+            return None;
+        }
+        LOCAL_RING.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            match &*cell {
+                Some((id, ring)) if *id == rt.id() => Some(Arc::clone(ring)),
+                _ => {
+                    let ring = Arc::new(LocalRing::new().ok()?);
+                    *cell = Some((rt.id(), Arc::clone(&ring)));
+                    Some(ring)
+                }
+            }
+        })
+    }
+
+    /// Submits the read of `buf` from `fd` at `offset`; None if the ring is full.
+    fn submit(&self, fd: RawFd, offset: u64, mut buf: AlignedBuf) -> Result<usize, AlignedBuf> {
+        let mut st = self.state.lock();
+        if st.in_flight >= LOCAL_RING_ENTRIES as usize {
+            return Err(buf);
+        }
+        let id = st.free.pop().unwrap_or_else(|| {
+            st.slots.push(Slot::Free);
+            st.slots.len() - 1
+        });
+        let sqe = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32)
+            .offset(offset)
+            .build()
+            .user_data(id as u64);
+        // SAFETY: the buffer moves into `slots[id]` and stays there until its completion is
+        // reaped (or the ring is dropped, which waits for it).
+        if unsafe { st.ring.submission().push(&sqe) }.is_err() {
+            st.free.push(id);
+            return Err(buf);
+        }
+        st.slots[id] = Slot::InFlight(buf, None);
+        st.in_flight += 1;
+        if let Err(e) = st.ring.submit() {
+            // Not submitted: the entry stays queued and goes with the next submit.
+            tracing::warn!("flash io_uring submit: {e}");
+        }
+        Ok(id)
+    }
+
+    /// Waits for slot `id`'s read.
+    async fn wait(&self, id: usize) -> (AlignedBuf, i32) {
+        let mut guard = Abandon {
+            ring: self,
+            id: Some(id),
+        };
+        let out = std::future::poll_fn(|cx| loop {
+            {
+                let mut st = self.state.lock();
+                st.reap();
+                match std::mem::replace(&mut st.slots[id], Slot::Free) {
+                    Slot::Done(buf, result) => {
+                        st.free.push(id);
+                        return Poll::Ready((buf, result));
+                    }
+                    Slot::InFlight(buf, _) => {
+                        st.slots[id] = Slot::InFlight(buf, Some(cx.waker().clone()))
+                    }
+                    other => st.slots[id] = other,
+                }
+            }
+            match self.efd.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut ready)) => {
+                    let mut n = [0u8; 8];
+                    // SAFETY: reads 8 bytes into a live buffer from our eventfd.
+                    unsafe { libc::read(self.efd.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
+                    ready.clear_ready();
+                }
+                Poll::Ready(Err(_)) => {
+                    // The reactor is gone (runtime shutting down): wait in the kernel.
+                    let st = self.state.lock();
+                    let _ = st.ring.submit_and_wait(1);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        })
+        .await;
+        guard.id = None;
+        out
+    }
+}
+
+/// Marks a read abandoned if its waiter is dropped before the completion.
+struct Abandon<'a> {
+    ring: &'a LocalRing,
+    id: Option<usize>,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        let mut st = self.ring.state.lock();
+        match std::mem::replace(&mut st.slots[id], Slot::Free) {
+            Slot::InFlight(buf, _) => st.slots[id] = Slot::Abandoned(buf),
+            Slot::Done(..) => st.free.push(id),
+            other => st.slots[id] = other,
         }
     }
 }

@@ -503,6 +503,111 @@ fn io_uring_is_used_on_the_work_disk() {
 }
 
 #[test]
+fn a_current_thread_runtime_reads_through_its_own_ring_and_others_through_the_shared_one() {
+    let r = rig(4, 200);
+    for i in 0..30_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("segments written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) > 0
+    });
+    let own = || r.flash.counters.flash_reads_own_ring.load(Relaxed);
+    let device = || r.flash.counters.flash_device_reads.load(Relaxed);
+    // One current-thread runtime (a server worker's kind) reading many keys at once: every
+    // device read goes through the thread's own ring, each value exact.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (own0, dev0) = (own(), device());
+    let found = rt.block_on(async {
+        // Many reads in flight at once on one thread: one read's poll reaps the others'
+        // completions and wakes them.
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in (0..30_000).step_by(7) {
+            let (flash, store) = (Arc::clone(&r.flash), Arc::clone(&r.store));
+            tasks.spawn(async move {
+                let key = format!("key-{i}");
+                match flash
+                    .get(&store, key.as_bytes(), NOW, Promotion::IfHot)
+                    .await
+                {
+                    ReadOutcome::Hit(item) => item.value == value_of(i),
+                    _ => false,
+                }
+            });
+        }
+        let mut found = 0;
+        while let Some(ok) = tasks.join_next().await {
+            found += usize::from(ok.unwrap());
+        }
+        found
+    });
+    assert_eq!(found, (0..30_000).step_by(7).count());
+    assert!(device() > dev0, "no device read at all");
+    assert_eq!(own() - own0, device() - dev0, "a read left the thread");
+    // A multi-thread runtime's task may move between threads: the shared ring serves it.
+    let mt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (own1, dev1) = (own(), device());
+    for i in (1..30_000).step_by(101) {
+        let key = format!("key-{i}");
+        match mt.block_on(r.flash.get(&r.store, key.as_bytes(), NOW, Promotion::IfHot)) {
+            ReadOutcome::Hit(item) => assert_eq!(item.value, value_of(i)),
+            _ => panic!("{key} missing"),
+        }
+    }
+    assert!(device() > dev1);
+    assert_eq!(own(), own1);
+    r.flash.stop();
+}
+
+#[test]
+fn a_read_given_up_before_its_completion_leaves_the_ring_serving() {
+    let r = rig(4, 200);
+    for i in 0..30_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("segments written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) > 0
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for i in (0..30_000).step_by(97) {
+            // Polled once (its read submitted), then dropped with the read in flight.
+            let key = format!("key-{i}");
+            let mut abandoned =
+                Box::pin(r.flash.get(&r.store, key.as_bytes(), NOW, Promotion::IfHot));
+            let _ = futures_poll_once(abandoned.as_mut()).await;
+            drop(abandoned);
+            let key = format!("key-{}", i + 1);
+            match r
+                .flash
+                .get(&r.store, key.as_bytes(), NOW, Promotion::IfHot)
+                .await
+            {
+                ReadOutcome::Hit(item) => assert_eq!(item.value, value_of(i + 1)),
+                _ => panic!("{key} missing"),
+            }
+        }
+    });
+    assert!(r.flash.counters.flash_reads_own_ring.load(Relaxed) > 0);
+    drop(rt);
+    r.flash.stop();
+}
+
+/// Polls `f` once.
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut f).poll(cx))).await
+}
+
+#[test]
 fn bad_settings_are_refused_naming_the_path() {
     let dir = work_dir();
     let small = dir.path().join("small.dat");
