@@ -217,6 +217,12 @@ pub struct PersistStats {
     /// Flash entries of the snapshot recovery could not trust (their segment was rewritten,
     /// the tier is gone or reshaped): lost, as if evicted.
     pub recovery_flash_dropped: u64,
+    /// Where recovery_ms went: opening the log (finding its end), reading the flash
+    /// segments' headers the checkpoints name, loading the snapshot, replaying the log.
+    pub recovery_log_open_ms: u64,
+    pub recovery_flash_pins_ms: u64,
+    pub recovery_snapshot_ms: u64,
+    pub recovery_replay_ms: u64,
 }
 
 /// The running persistence layer.
@@ -884,6 +890,13 @@ impl Persistence {
                 "recovery_flash_dropped",
                 s.recovery_flash_dropped.to_string(),
             ),
+            ("recovery_log_open_ms", s.recovery_log_open_ms.to_string()),
+            (
+                "recovery_flash_pins_ms",
+                s.recovery_flash_pins_ms.to_string(),
+            ),
+            ("recovery_snapshot_ms", s.recovery_snapshot_ms.to_string()),
+            ("recovery_replay_ms", s.recovery_replay_ms.to_string()),
             (
                 "writes_refused",
                 if self.write_refusal().is_some() {

@@ -88,16 +88,26 @@ impl Persistence {
         fs.create_dir_all(&config.data_path)
             .map_err(|e| PersistError::io(&config.data_path, e))?;
         let log = open_log(&config, &store_config)?;
+        let mut stats = PersistStats {
+            recovery_log_open_ms: started.elapsed().as_millis() as u64,
+            ..PersistStats::default()
+        };
         let (store, sink) = build_store(&config, store_config, &log);
         remove_temp_files(fs, &config.data_path);
         let manifest = read_manifest(fs, &config.data_path)?;
-        let mut stats = PersistStats::default();
         let base = load_snapshot(&config, &store, manifest, &mut stats)?;
+        let replay_started = Instant::now();
         let log_bytes_recovered = replay_log(&config, &log, &store, base, &mut stats)?;
+        stats.recovery_replay_ms = replay_started.elapsed().as_millis() as u64;
         stats.recovery_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
-            "recovery done in {} ms: snapshot at {} ({} items), {} log records, {} live items",
+            "recovery done in {} ms (log open {} ms, flash pins {} ms, snapshot {} ms, replay \
+             {} ms): snapshot at {} ({} items), {} log records, {} live items",
             stats.recovery_ms,
+            stats.recovery_log_open_ms,
+            stats.recovery_flash_pins_ms,
+            stats.recovery_snapshot_ms,
+            stats.recovery_replay_ms,
             base.loaded,
             stats.recovered_items,
             stats.recovered_log_records,
@@ -208,19 +218,23 @@ fn load_snapshot(
     }
     if let Some(f) = &config.flash {
         // Before anything is admitted: the segments any loadable snapshot names stay.
+        let t = Instant::now();
         let mut pins = Vec::new();
         for &lsn in &candidates {
             pins.extend(read_pins(fs, &config.data_path, lsn));
         }
         let kept = f.recover_pins(&pins);
+        stats.recovery_flash_pins_ms = t.elapsed().as_millis() as u64;
         tracing::info!("flash: {kept} segments named by checkpoints are kept");
     }
+    let t = Instant::now();
     for lsn in candidates {
         let path = config.data_path.join(snapshot::file_name(lsn));
         tracing::info!("loading snapshot {}", path.display());
         match load_one_snapshot(config, store, &path, stats) {
             Ok(loaded) => {
                 base.loaded = loaded;
+                stats.recovery_snapshot_ms = t.elapsed().as_millis() as u64;
                 return Ok(base);
             }
             Err(e) => {
