@@ -53,7 +53,19 @@ impl Proc {
 }
 
 fn cairn(args: &SuiteArgs, port: u16, extra: &[String], dir: &Path) -> Result<Proc, String> {
+    cairn_env(args, port, extra, dir, &[])
+}
+
+/// [`cairn`] with environment variables set for the server.
+fn cairn_env(
+    args: &SuiteArgs,
+    port: u16,
+    extra: &[String],
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> Result<Proc, String> {
     let mut child = Command::new(&args.cairn_bin)
+        .envs(env.iter().copied())
         // The gRPC API on a free port: its default one may be another server's.
         .args([
             "-p",
@@ -193,6 +205,25 @@ fn item_bytes(args: &SuiteArgs) -> f64 {
 
 /// Runs the flash phases on a server with a flash tier: `cairn` says which stats names to use.
 fn phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, String> {
+    let mut f = read_phases(args, p, cairn)?;
+    // F6: steady state, 9 sets to 1 get, the gets on a hot part of the keys (gaussian); a
+    // first phase reaches steady state, the second is measured.
+    let mixed = load_cfg(args, p.port, (9, 1), Pattern::Gaussian);
+    let mixed = LoadConfig {
+        set_pattern: Pattern::Random,
+        ..mixed
+    };
+    load::run(&mixed)?;
+    let s4 = p.stats()?;
+    let m = load::run(&mixed)?;
+    let s5 = p.stats()?;
+    let device = delta(&s4, &s5, "extstore_bytes_written");
+    f.write_amplification = ratio(device, m.sets as f64 * item_bytes(args));
+    Ok(f)
+}
+
+/// F1 to F4 (the insert, uniform gets, one client's gets).
+fn read_phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, String> {
     let mut f = Figures::default();
     // F1 + F4: a quarter of the keys first (RAM is full by then), then the rest: the RSS
     // growth over the second part, per item that went to flash meanwhile, is what an item on
@@ -248,20 +279,132 @@ fn phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, String> {
     })?;
     f.qd1_get_p50_us = one.get_latency.value_at_percentile(50.0) as f64;
     f.qd1_get_p99_us = one.get_latency.value_at_percentile(99.0) as f64;
-    // F6: steady state, 9 sets to 1 get, the gets on a hot part of the keys (gaussian); a
-    // first phase reaches steady state, the second is measured.
-    let mixed = load_cfg(args, p.port, (9, 1), Pattern::Gaussian);
-    let mixed = LoadConfig {
-        set_pattern: Pattern::Random,
-        ..mixed
-    };
-    load::run(&mixed)?;
-    let s4 = p.stats()?;
-    let m = load::run(&mixed)?;
-    let s5 = p.stats()?;
-    let device = delta(&s4, &s5, "extstore_bytes_written");
-    f.write_amplification = ratio(device, m.sets as f64 * item_bytes(args));
     Ok(f)
+}
+
+/// The one-client get p50 of a server holding every key in RAM, us (the request path's own
+/// cost, without a device read).
+fn ram_qd1_p50(args: &SuiteArgs, p: &Proc) -> Result<f64, String> {
+    insert(args, p.port)?;
+    let one = load::run(&LoadConfig {
+        threads: 1,
+        clients: 1,
+        ..load_cfg(args, p.port, (0, 1), Pattern::Random)
+    })?;
+    Ok(one.get_latency.value_at_percentile(50.0) as f64)
+}
+
+/// `--flash-phases reads`: F2 and F3 alone, side by side in one run: cairn RAM-only (the
+/// one-client p50 without flash), cairn with flash reading through each worker's own ring,
+/// cairn with flash reading through the one shared ring thread (`CAIRN_FLASH_SHARED_RING=1`),
+/// memcached extstore, and fio on cairn's flash file at the load's queue depth and at 1.
+fn reads(args: &SuiteArgs, dir: &Path, flash_mb: u64, ram_only_mb: u64) -> Result<(), String> {
+    let qd = args.threads * args.clients;
+    let say = |s: &str| {
+        if !args.quiet {
+            eprintln!("[flash reads] {s}");
+        }
+    };
+    say("cairn RAM-only: insert, one client's gets");
+    let ram_p50 = {
+        let d = tempfile::tempdir_in(dir).map_err(|e| e.to_string())?;
+        let extra = vec![
+            "-m".to_string(),
+            ram_only_mb.to_string(),
+            "--persistence".into(),
+            "off".into(),
+        ];
+        let p = cairn(args, free_port()?, &extra, d.path())?;
+        ram_qd1_p50(args, &p)?
+    };
+    let cairn_dir = tempfile::tempdir_in(dir).map_err(|e| e.to_string())?;
+    let file = cairn_dir.path().join("cairn.flash");
+    let mut written = 0.0;
+    let mut run_cairn = |env: &[(&str, &str)]| -> Result<Figures, String> {
+        let _ = std::fs::remove_file(&file);
+        let extra: Vec<String> = vec![
+            "-m".into(),
+            args.ram_mb.to_string(),
+            "--persistence".into(),
+            "off".into(),
+            "--flash-path".into(),
+            file.display().to_string(),
+            "--flash-size".into(),
+            format!("{flash_mb}m"),
+        ];
+        let p = cairn_env(args, free_port()?, &extra, cairn_dir.path(), env)?;
+        let f = read_phases(args, &p, true)?;
+        written = p
+            .stats()?
+            .get("extstore_bytes_used")
+            .copied()
+            .unwrap_or(0.0);
+        Ok(f)
+    };
+    say("cairn flash, a ring per worker: insert, uniform gets, one client's gets");
+    let own = run_cairn(&[])?;
+    say("cairn flash, the shared ring thread: the same");
+    let shared = run_cairn(&[(cairn_flash_shared_ring_env(), "1")])?;
+    say("memcached extstore: the same");
+    let mc_file = cairn_dir.path().join("memcached.flash");
+    let mc = {
+        let p = memcached(args.ram_mb, &mc_file, flash_mb)?;
+        read_phases(args, &p, false)?
+    };
+    let _ = std::fs::remove_file(&mc_file);
+    say(&format!("fio on cairn's flash file, QD {qd} and QD 1"));
+    let fio_bytes = (written as u64).max(64 << 20);
+    let (fio_iops, _) = fio(&file, fio_bytes, qd, args.phase_secs)?;
+    let (_, fio_qd1_p50) = fio(&file, fio_bytes, 1, args.phase_secs)?;
+    let mut md = format!(
+        "flash suite, F2 and F3 alone: {} keys of {} bytes, -m {} MiB, flash {} MiB, {} threads          x {} clients; 2 cores shared by the servers, the load generator, fio and other work.\n\n",
+        args.keys, args.data_size, args.ram_mb, flash_mb, args.threads, args.clients
+    );
+    md.push_str("| server | F2 gets/s | from flash | hit ratio | x fio QD | x extstore | reads/flash hit | device reads/miss | F3 p50 us | p99 us | p50 - fio QD1 p50 |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (name, f) in [
+        ("cairn, ring per worker", &own),
+        ("cairn, shared ring thread", &shared),
+        ("memcached extstore", &mc),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {name} | {:.0} | {:.0}% | {:.2} | {:.2}x | {:.2}x | {:.3} | {:.4} | {:.0} | {:.0} | {:+.0} |",
+            f.get_ops_per_sec,
+            f.get_from_flash * 100.0,
+            f.get_hit_ratio,
+            ratio(f.get_ops_per_sec, fio_iops),
+            ratio(f.get_ops_per_sec, mc.get_ops_per_sec),
+            f.reads_per_flash_hit,
+            f.device_reads_per_miss,
+            f.qd1_get_p50_us,
+            f.qd1_get_p99_us,
+            f.qd1_get_p50_us - fio_qd1_p50
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nfio QD {qd}: {fio_iops:.0} IOPS; fio QD1 p50 {fio_qd1_p50:.0} us; cairn RAM-only one-client get p50 {ram_p50:.0} us."
+    );
+    println!("{md}");
+    std::fs::write(args.out_dir.join("flash-reads-results.md"), &md).map_err(|e| e.to_string())?;
+    let json = serde_json::json!({
+        "keys": args.keys, "data_size": args.data_size, "ram_mb": args.ram_mb,
+        "flash_mb": flash_mb, "threads": args.threads, "clients": args.clients,
+        "phase_secs": args.phase_secs, "cairn_ram_only_qd1_p50_us": ram_p50,
+        "cairn_ring_per_worker": own, "cairn_shared_ring": shared, "memcached_extstore": mc,
+        "fio": {"qd": qd, "iops": fio_iops, "qd1_p50_us": fio_qd1_p50},
+    });
+    std::fs::write(
+        args.out_dir.join("flash-reads-results.json"),
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// The server's switch back to the shared ring thread (cairn_flash::reader::SHARED_RING_ENV).
+fn cairn_flash_shared_ring_env() -> &'static str {
+    "CAIRN_FLASH_SHARED_RING"
 }
 
 /// What fio measured: (IOPS, completion latency p50 in us).
@@ -304,6 +447,11 @@ struct Crash {
     recovery_ms: f64,
     recovered_flash_items: f64,
     recovered_log_records: f64,
+    /// Where recovery_ms went (`stats persistence`).
+    recovery_log_open_ms: f64,
+    recovery_flash_pins_ms: f64,
+    recovery_snapshot_ms: f64,
+    recovery_replay_ms: f64,
     index_rebuild_items_per_sec: f64,
     checked: u64,
     /// Keys that should hold a value and answered a miss after the restart.
@@ -420,6 +568,11 @@ fn crash(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<Crash, String> {
     crash.recovery_ms = ps.get("recovery_ms").copied().unwrap_or(0.0);
     crash.recovered_flash_items = ps.get("recovered_flash_items").copied().unwrap_or(0.0);
     crash.recovered_log_records = ps.get("recovered_log_records").copied().unwrap_or(0.0);
+    let step = |k: &str| ps.get(k).copied().unwrap_or(0.0);
+    crash.recovery_log_open_ms = step("recovery_log_open_ms");
+    crash.recovery_flash_pins_ms = step("recovery_flash_pins_ms");
+    crash.recovery_snapshot_ms = step("recovery_snapshot_ms");
+    crash.recovery_replay_ms = step("recovery_replay_ms");
     crash.index_rebuild_items_per_sec = ratio(
         crash.recovered_flash_items * 1000.0,
         crash.recovery_ms.max(1.0),
@@ -491,10 +644,14 @@ fn crash(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<Crash, String> {
 /// F5's row of the table.
 fn f5_row(f5: &Crash) -> String {
     format!(
-        "| F5 | kill -9, {} keys, sync: restart to ready | {:.0} ms (recovery {:.0} ms, {:.0} flash items restored of {:.0}, {:.0} items/s; {:.0} log records replayed); {} checked: {} missing, {} evicted before the kill + {} after the restart, {} lost beyond evictions, {} came back | | | | <= 3 s, 0, 0 |\n",
+        "| F5 | kill -9, {} keys, sync: restart to ready | {:.0} ms (recovery {:.0} ms: log open {:.0}, flash pins {:.0}, snapshot {:.0}, replay {:.0}; {:.0} flash items restored of {:.0}, {:.0} items/s; {:.0} log records replayed); {} checked: {} missing, {} evicted before the kill + {} after the restart, {} lost beyond evictions, {} came back | | | | <= 3 s, 0, 0 |\n",
         f5.keys,
         f5.restart_to_ready_ms,
         f5.recovery_ms,
+        f5.recovery_log_open_ms,
+        f5.recovery_flash_pins_ms,
+        f5.recovery_snapshot_ms,
+        f5.recovery_replay_ms,
         f5.recovered_flash_items,
         f5.flash_items_before,
         f5.index_rebuild_items_per_sec,
@@ -528,6 +685,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     };
     match args.flash_phases.as_str() {
         "all" => {}
+        "reads" => return reads(args, &dir, flash_mb, ram_only_mb),
         "f5" => {
             say("F5 alone: cairn with flash, persistence sync: insert, kill -9, restart");
             let f5 = crash(args, &dir, flash_mb)?;
@@ -551,7 +709,11 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
             return Ok(());
         }
-        other => return Err(format!("--flash-phases {other:?}: expected all or f5")),
+        other => {
+            return Err(format!(
+                "--flash-phases {other:?}: expected all, reads or f5"
+            ))
+        }
     }
 
     say(&format!(
