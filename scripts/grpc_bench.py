@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Issue 14's gRPC benchmarks, side by side with the same server's memcached-text get.
 
-W1  unary Get at 1, 10, 30, 100, 300 concurrent (ghz), beside memcached-text get at the same
-    number of connections (cairn-bench), on the same server, one after the other;
-W2  an offered-rate sweep of unary Get, 10K-60K requests/s (ghz --rps, 50 workers);
+cross-check: cairn-bench grpc against ghz at three points (1 concurrent, 5,000/s offered, 30
+    concurrent), with each load generator's CPU and the server's CPU per call;
+W1  unary Get at 1, 10, 30, 100, 300 concurrent (cairn-bench grpc: ghz costs as much CPU as
+    the server on two shared cores), with grpc.health.v1 Check at the same concurrency as the
+    transport's ceiling, beside memcached-text get at the same number of connections
+    (cairn-bench), on the same server, one after the other;
+W2  an offered-rate sweep of unary Get, 10K-60K requests/s (cairn-bench grpc --rate, 50
+    workers);
 W3  streaming reads (StreamGet, 1,000 messages a stream, 1 or 10 keys a message) against
     unary Get, in keys read per second (ghz);
 W4  100K (and 1M) records of 60 B written, then a watch with initial_state until
@@ -23,10 +28,12 @@ import argparse
 import base64
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverutil import free_port, wait_ready  # noqa: E402
@@ -77,35 +84,96 @@ def memcached_get(args, port, clients):
     return {"rps": float(f[1]), "avg": float(f[5]), "p50": float(f[6]), "p99": float(f[9])}
 
 
+def cpu_of(pid):
+    """CPU seconds (user + system) of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def ghz_cpu(args, server, call, data, extra):
+    """ghz's figures, plus ghz's own CPU share and the server's CPU per call."""
+    pid = server[0].pid
+    before, gen_before, t0 = cpu_of(pid), children_cpu(), time.monotonic()
+    g = ghz(args, server[2], call, data, extra)
+    secs = time.monotonic() - t0
+    g["gen_cpu"] = (children_cpu() - gen_before) / secs
+    g["server_us"] = (cpu_of(pid) - before) * 1e6 / max(g["count"], 1)
+    return g
+
+
+def bench_grpc(args, server, extra):
+    """cairn-bench grpc's JSON for one run against `server`."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [args.bench_bin, "grpc", "--addr", server[2], "--server-pid", str(server[0].pid),
+               "--keys", "1000", "--test-time", str(args.secs), "--json-out-file", f.name,
+               *map(str, extra)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        r = json.load(open(f.name))
+    lat = r["latency"]
+    return {"rps": r["ops_per_sec"], "p50": lat["p50_ms"], "p99": lat["p99_ms"],
+            "avg": lat["avg_ms"], "errors": r["errors"],
+            "gen_cpu": r["load_generator_cpu_seconds"] / r["seconds"],
+            "server_us": r["server_cpu_us_per_op"]}
+
+
 def w1_w2_w3(args):
     server = start(args)
     _, port, addr, _ = server
     try:
-        subprocess.run([args.bench_bin, "-s", "127.0.0.1", "-p", str(port), "-t", "1", "-c", "1",
-                        "-n", "1", "--ratio", "1:0", "--key-minimum", "1", "--key-maximum", "1",
-                        "--data-size", "32", "--key-pattern", "P:P", "--quiet"],
-                       check=True, capture_output=True)
+        # The keys both load generators read: memtier-0 .. memtier-999, 32 B values.
+        subprocess.run([args.bench_bin, "grpc", "--addr", addr, "--keys", "1000", "--preload",
+                        "-n", "1"], check=True, capture_output=True)
         key = base64.b64encode(KEY.encode()).decode()
         dur = ["-z", f"{args.secs}s"]
-        print("\n### W1: unary Get vs memcached-text get, same server (2 shared cores)\n")
-        print("| concurrent | gRPC Get QPS | p50 ms | p99 ms | errors | memcached get ops/s "
-              "| p50 ms | p99 ms | gRPC / memcached |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for c in (1, 10, 30, 100, 300):
-            g = ghz(args, addr, "cairn.v1.KV.Get", {"key": key},
-                    ["-c", str(c), "--connections", str(min(c, 30)), *dur])
-            m = memcached_get(args, port, c)
-            print(f"| {c} | {g['rps']:.0f} | {g['p50']:.2f} | {g['p99']:.2f} | {g['errors']} "
-                  f"| {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {g['rps'] / m['rps']:.2f} |",
-                  flush=True)
-        print("\n### W2: offered-rate sweep, unary Get (ghz --rps, 50 workers, 2 shared cores)\n")
-        print("| offered RPS | achieved RPS | p50 ms | p99 ms | avg ms | errors |")
-        print("|---|---|---|---|---|---|")
-        for rate in (10_000, 20_000, 30_000, 40_000, 50_000, 60_000):
-            g = ghz(args, addr, "cairn.v1.KV.Get", {"key": key},
-                    ["-c", "50", "--connections", "10", "--rps", str(rate), *dur])
-            print(f"| {rate} | {g['rps']:.0f} | {g['p50']:.2f} | {g['p99']:.2f} | {g['avg']:.2f} "
-                  f"| {g['errors']} |", flush=True)
+        if "w1" in args.only.split(","):
+            print("\n### Cross-check: cairn-bench grpc vs ghz, unary Get, same server "
+                  "(2 shared cores)\n")
+            print("| load | generator | QPS | p50 ms | p99 ms | generator CPU (cores) "
+                  "| server CPU us/call |")
+            print("|---|---|---|---|---|---|---|")
+            for label, gz, cb in (
+                    ("1 concurrent", ["-c", "1", "--connections", "1"],
+                     ["-c", 1, "--connections", 1]),
+                    ("offered 5,000/s, 50 workers", ["-c", "50", "--connections", "10", "--rps", "5000"],
+                     ["-c", 50, "--connections", 10, "--rate", 5000]),
+                    ("30 concurrent", ["-c", "30", "--connections", "10"],
+                     ["-c", 30, "--connections", 10])):
+                for name, r in (("ghz", ghz_cpu(args, server, "cairn.v1.KV.Get", {"key": key},
+                                                [*gz, *dur])),
+                                ("cairn-bench grpc", bench_grpc(args, server, cb))):
+                    print(f"| {label} | {name} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} "
+                          f"| {r['gen_cpu']:.2f} | {r['server_us']:.1f} |", flush=True)
+            print("\n### W1: unary Get (cairn-bench grpc) vs memcached-text get, same server "
+                  "(2 shared cores)\n")
+            print("| concurrent | gRPC Get QPS | p50 ms | p99 ms | errors | server us/call "
+                  "| Health/Check QPS (ceiling) | memcached get ops/s | p50 ms | p99 ms "
+                  "| gRPC / memcached |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            for c in (1, 10, 30, 100, 300):
+                conns = ["-c", c, "--connections", min(c, 30)]
+                g = bench_grpc(args, server, ["--call", "get", *conns])
+                h = bench_grpc(args, server, ["--call", "health", *conns])
+                m = memcached_get(args, port, c)
+                print(f"| {c} | {g['rps']:.0f} | {g['p50']:.2f} | {g['p99']:.2f} | {g['errors']} "
+                      f"| {g['server_us']:.1f} | {h['rps']:.0f} | {m['rps']:.0f} | {m['p50']:.2f} "
+                      f"| {m['p99']:.2f} | {g['rps'] / m['rps']:.2f} |", flush=True)
+            print("\n### W2: offered-rate sweep, unary Get (cairn-bench grpc --rate, 50 workers on "
+                  "10 connections, 2 shared cores)\n")
+            print("| offered RPS | achieved RPS | p50 ms | p99 ms | avg ms | errors "
+                  "| server us/call |")
+            print("|---|---|---|---|---|---|---|")
+            for rate in (10_000, 20_000, 30_000, 40_000, 50_000, 60_000):
+                g = bench_grpc(args, server, ["-c", 50, "--connections", 10, "--rate", rate])
+                print(f"| {rate} | {g['rps']:.0f} | {g['p50']:.2f} | {g['p99']:.2f} | {g['avg']:.2f} "
+                      f"| {g['errors']} | {g['server_us']:.1f} |", flush=True)
+        if "w3" not in args.only.split(","):
+            return
         print("\n### W3: streaming reads vs unary, keys read per second (ghz, 30 workers, "
               "2 shared cores)\n")
         print("| call | keys/s | vs unary |")
@@ -164,10 +232,11 @@ def main():
                     default=os.path.join(ROOT, "target/release/examples/watch_bench"))
     ap.add_argument("--ghz", default=shutil.which("ghz") or os.path.expanduser("~/go/bin/ghz"))
     ap.add_argument("--secs", type=int, default=10, help="seconds per measurement")
-    ap.add_argument("--only", default="w1,w4,w5", help="w1 (also runs W2, W3), w4, w5")
+    ap.add_argument("--only", default="w1,w3,w4,w5",
+                    help="w1 (the ghz cross-check, W1 and W2), w3, w4, w5")
     args = ap.parse_args()
     only = args.only.split(",")
-    if "w1" in only:
+    if "w1" in only or "w3" in only:
         w1_w2_w3(args)
     if "w4" in only:
         w4(args)

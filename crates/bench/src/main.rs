@@ -6,10 +6,12 @@
 //!   cairn-bench -s 127.0.0.1 -p 11211 --threads=2 --clients=25 --data-size=50 \
 //!       --key-pattern=R:R --key-minimum=1 --key-maximum=1000000 --ratio=1:9 --test-time=15
 //!   cairn-bench suite arcus --keys 1000000 --phase-secs 15 --out-dir bench-out
+//!   cairn-bench grpc --addr 127.0.0.1:50051 --call get --concurrency 30 --test-time 10
 //! ```
 
 mod chart;
 mod flash;
+mod grpc;
 mod keys;
 mod load;
 mod report;
@@ -259,6 +261,18 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("cairn-bench suite: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    if args.get(1).map(String::as_str) == Some("grpc") {
+        let grpc_args = grpc::GrpcArgs::parse_from(
+            std::iter::once("cairn-bench grpc".to_string()).chain(args.into_iter().skip(2)),
+        );
+        return match grpc::main(&grpc_args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cairn-bench grpc: {e}");
                 ExitCode::from(1)
             }
         };
