@@ -27,11 +27,15 @@ fn start_cairn() -> Option<(Child, String, tempfile::TempDir)> {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr = lines
+        .by_ref()
         .map_while(Result::ok)
         .find_map(|l| Some(l.strip_prefix("cairn grpc listening on ")?.to_string()))
         .expect("cairn exited before it was ready");
+    // The server prints more after this line: keep reading its stdout (a closed pipe would
+    // fail its next print).
+    std::thread::spawn(move || lines.for_each(drop));
     Some((child, addr, dir))
 }
 
