@@ -124,7 +124,7 @@ fn meta_errors_and_debug() {
     );
     let me = String::from_utf8(c.exchange(b"me k\r\n")).unwrap();
     assert!(
-        me.starts_with("ME k exp=") && me.contains(" fetch=no ") && me.ends_with(" size=23\r\n"),
+        me.starts_with("ME k exp=") && me.contains(" fetch=no ") && me.ends_with(" size=19\r\n"),
         "{me}"
     );
 }
@@ -152,7 +152,7 @@ fn last_access_and_hits_are_the_items_own() {
             ("mg k l h\r\n", "HD l0 h1\r\n"),
             (
                 "me k\r\n",
-                "ME k exp=900 la=0 cas=2 fetch=yes cls=1 size=23\r\n",
+                "ME k exp=900 la=0 cas=2 fetch=yes cls=1 size=19\r\n",
             ),
         ],
     );
@@ -176,7 +176,7 @@ fn last_access_and_hits_are_the_items_own() {
             ("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n"),
             (
                 "me k\r\n",
-                "ME k exp=863 la=0 cas=2 fetch=yes cls=1 size=23\r\n",
+                "ME k exp=863 la=0 cas=2 fetch=yes cls=1 size=19\r\n",
             ),
         ],
     );

@@ -774,7 +774,7 @@ pub(crate) fn meta_of(h: &segment::Header, seg: &segment::Segment, at: usize) ->
     ItemMeta {
         flags: h.flags,
         exptime: h.exptime,
-        cas: h.cas,
+        cas: seg.cas(at, h),
         last_access: seg.access(h),
         fetched: h.state & FETCHED != 0,
         stale: h.state & STALE != 0,
@@ -1004,7 +1004,7 @@ impl Entry<'_> {
         }
         let seg = self.shard.seg_mut(loc.slot);
         seg.set_exptime(&h, after.exptime);
-        seg.set_cas(&h, after.cas);
+        seg.set_cas(at, &h, after.cas);
         if after.last_access != before.last_access {
             seg.set_access(&h, after.last_access);
         }

@@ -3,25 +3,27 @@
 //! ```text
 //!   Segment (1 MiB, or one oversized item):  [item][item][item]......[free]
 //!
-//!   item:  klen u8 | state u8 | vlen varint(1..5) | access u16 | [exptime u32] | cas u64
+//!   item:  klen u8 | state u8 | vlen varint(1..5) | access u16 | [exptime u32] | cas i32
 //!          | rev i32 | [flags u32] | key | value
 //!          state bits: 0 dead, 1 fetched, 2 stale, 3 win_sent, 4 has_flags, 5 has_exptime
-//!   revision of an item = segment.rev_base + rev, or segment.rev_overflow[offset] when rev is
-//!   REV_OVERFLOW (i32::MIN)
+//!   cas of an item      = segment.cas.base + cas, or segment.cas.overflow[offset]  when cas is FAR
+//!   revision of an item = segment.rev.base + rev, or segment.rev.overflow[offset]  when rev is FAR
+//!   (FAR = i32::MIN)
 //! ```
 //!
 //! Items are never moved in place: an overwrite appends a new copy and marks the old one dead.
 //! Flags and the expiry cost nothing when they are 0 (the common case), so the seed's item
-//! (15-byte key, 50-byte value, no expiry) takes 17 header + 65 bytes = 82 bytes of segment
+//! (15-byte key, 50-byte value, no expiry) takes 13 header + 65 bytes = 78 bytes of segment
 //! memory. Setting flags or an expiry on an item that has no room for them writes a new copy.
 //!
-//! The revision (the item's mod_revision) costs 4 bytes instead of 8: each segment has a base
-//! revision (the store's newest revision when the segment was opened) and an item keeps the
-//! signed 32-bit distance to it. Items written into a segment have revisions just after its
-//! base; items copied into it (second chance, compaction) keep older revisions, up to 2^31
-//! behind. An item whose distance does not fit (copied forward after more than 2^31 writes
-//! since its own, or touched in a segment that old) keeps its revision in the segment's
-//! overflow map: rare, and exact either way.
+//! The CAS unique and the revision (the item's mod_revision) are 64-bit numbers kept in 4
+//! bytes each: each segment has a base for both (the store's last CAS unique and newest
+//! revision when the segment was opened) and an item keeps the signed 32-bit distance to it
+//! ([`Far`]). Items written into a segment have CAS uniques and revisions just after its bases;
+//! items copied into it (second chance, compaction) keep older ones, up to 2^31 behind. A
+//! number whose distance does not fit (an explicit CAS of meta `E`, an item copied forward
+//! after more than 2^31 writes since its own, or touched in a segment that old) is kept in
+//! the segment's overflow map instead: rare, exact either way, and about 50 bytes then.
 //!
 //! `access` is the item's last access (meta `l`/`h`, `me`'s `la=`, metadump), in 16 bits
 //! relative to the segment's creation time; see [`encode_access`].
@@ -98,14 +100,60 @@ pub struct Segment {
     pub live_items: usize,
     /// Unix seconds when the segment was opened: the base of its items' last access times.
     pub created: u32,
-    /// Revisions of items here are stored as a distance to this (see the module doc).
-    pub rev_base: u64,
-    /// Revisions whose distance to `rev_base` does not fit an i32, by item offset.
-    pub rev_overflow: std::collections::HashMap<u32, u64>,
+    /// The CAS uniques of items here (see the module doc).
+    pub cas: Far,
+    /// The revisions of items here (see the module doc).
+    pub rev: Far,
+}
+
+/// 64-bit numbers of a segment's items kept as 32-bit distances to a base, or in an overflow
+/// map by item offset when the distance does not fit.
+#[derive(Debug, Default)]
+pub struct Far {
+    pub base: u64,
+    pub overflow: std::collections::HashMap<u32, u64>,
 }
 
 /// The stored distance that says "look in the overflow map".
-const REV_OVERFLOW: i32 = i32::MIN;
+const FAR: i32 = i32::MIN;
+
+impl Far {
+    fn new(base: u64) -> Far {
+        Far {
+            base,
+            overflow: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The number stored as `stored` by the item at `at`.
+    fn get(&self, at: usize, stored: i32) -> u64 {
+        if stored != FAR {
+            return self.base.wrapping_add_signed(i64::from(stored));
+        }
+        self.overflow[&(at as u32)]
+    }
+
+    /// What the item at `at` (whose field holds `old` now) stores for `value`; keeps the
+    /// overflow map in step.
+    fn put(&mut self, at: usize, old: i32, value: u64) -> i32 {
+        let distance = i64::try_from(i128::from(value) - i128::from(self.base))
+            .ok()
+            .and_then(|d| i32::try_from(d).ok())
+            .filter(|&d| d != FAR);
+        match distance {
+            Some(d) => {
+                if old == FAR {
+                    self.overflow.remove(&(at as u32));
+                }
+                d
+            }
+            None => {
+                self.overflow.insert(at as u32, value);
+                FAR
+            }
+        }
+    }
+}
 
 /// A decoded item header: where each part of the item is.
 #[derive(Clone, Copy, Debug)]
@@ -114,7 +162,8 @@ pub struct Header {
     /// Last access, encoded relative to the segment's `created` ([`decode_access`]).
     pub access: u16,
     pub exptime: u32,
-    pub cas: u64,
+    /// The stored CAS distance (see [`Segment::cas`]).
+    pub cas: i32,
     /// The stored revision distance (see [`Segment::revision`]).
     pub rev: i32,
     pub flags: u32,
@@ -148,7 +197,7 @@ pub fn item_size(key_len: usize, value_len: usize, flags: u32, exptime: u32) -> 
     2 + varint_len(value_len)
         + 2
         + optional(exptime != 0)
-        + 8
+        + 4
         + 4
         + optional(flags != 0)
         + key_len
@@ -156,14 +205,16 @@ pub fn item_size(key_len: usize, value_len: usize, flags: u32, exptime: u32) -> 
 }
 
 impl Segment {
-    pub fn new(capacity: usize, now: u32, rev_base: u64) -> Segment {
+    /// A segment whose items' CAS uniques and revisions are mostly just after `cas_base` and
+    /// `rev_base`.
+    pub fn new(capacity: usize, now: u32, cas_base: u64, rev_base: u64) -> Segment {
         Segment {
             data: Vec::with_capacity(capacity),
             live_bytes: 0,
             live_items: 0,
             created: now,
-            rev_base,
-            rev_overflow: std::collections::HashMap::new(),
+            cas: Far::new(cas_base),
+            rev: Far::new(rev_base),
         }
     }
 
@@ -171,7 +222,7 @@ impl Segment {
         self.data.capacity() - self.data.len()
     }
 
-    /// Appends an item with revision `rev`; the caller checked `free() >= item_size(..)`.
+    /// Appends an item with CAS unique `cas` and revision `rev`; the caller checked `free() >= item_size(..)`.
     /// `access` is the unix time of its last access. Returns its offset.
     #[allow(clippy::too_many_arguments)]
     pub fn append(
@@ -207,9 +258,9 @@ impl Segment {
         if exptime != 0 {
             d.extend_from_slice(&exptime.to_le_bytes());
         }
-        d.extend_from_slice(&cas.to_le_bytes());
-        // A placeholder: set_revision below writes the distance (or the overflow mark).
-        d.extend_from_slice(&0i32.to_le_bytes());
+        // Placeholders: set_cas and set_revision below write the distances (or the overflow
+        // marks).
+        d.extend_from_slice(&[0; 8]);
         if flags != 0 {
             d.extend_from_slice(&flags.to_le_bytes());
         }
@@ -221,43 +272,38 @@ impl Segment {
         self.live_bytes += size;
         self.live_items += 1;
         let h = self.header(at);
+        self.set_cas(at, &h, cas);
         self.set_revision(at, &h, rev);
         at
     }
 
+    /// The CAS unique of the item at `at` (whose header is `h`).
+    pub fn cas(&self, at: usize, h: &Header) -> u64 {
+        self.cas.get(at, h.cas)
+    }
+
     /// The revision of the item at `at` (whose header is `h`).
     pub fn revision(&self, at: usize, h: &Header) -> u64 {
-        if h.rev != REV_OVERFLOW {
-            return self.rev_base.wrapping_add_signed(i64::from(h.rev));
-        }
-        self.rev_overflow[&(at as u32)]
+        self.rev.get(at, h.rev)
     }
 
-    /// Where the rev field of an item is.
-    fn rev_at(h: &Header) -> usize {
-        h.fields_at + 2 + if h.state & HAS_EXPTIME != 0 { 4 } else { 0 } + 8
+    /// Where the cas field of an item is (the rev field follows it).
+    fn cas_at(h: &Header) -> usize {
+        h.fields_at + 2 + if h.state & HAS_EXPTIME != 0 { 4 } else { 0 }
     }
 
-    /// Sets the revision of the item at `at`: a distance to the base when it fits, else an
-    /// entry of the overflow map.
+    /// Sets the CAS unique of the item at `at`.
+    pub fn set_cas(&mut self, at: usize, h: &Header, cas: u64) {
+        let stored = self.cas.put(at, h.cas, cas);
+        let field = Segment::cas_at(h);
+        self.data[field..field + 4].copy_from_slice(&stored.to_le_bytes());
+    }
+
+    /// Sets the revision of the item at `at`.
     pub fn set_revision(&mut self, at: usize, h: &Header, rev: u64) {
-        let distance = i64::try_from(i128::from(rev) - i128::from(self.rev_base))
-            .ok()
-            .and_then(|d| i32::try_from(d).ok())
-            .filter(|&d| d != REV_OVERFLOW);
-        let field = Segment::rev_at(h);
-        match distance {
-            Some(d) => {
-                self.data[field..field + 4].copy_from_slice(&d.to_le_bytes());
-                if h.rev == REV_OVERFLOW {
-                    self.rev_overflow.remove(&(at as u32));
-                }
-            }
-            None => {
-                self.data[field..field + 4].copy_from_slice(&REV_OVERFLOW.to_le_bytes());
-                self.rev_overflow.insert(at as u32, rev);
-            }
-        }
+        let stored = self.rev.put(at, h.rev, rev);
+        let field = Segment::cas_at(h) + 4;
+        self.data[field..field + 4].copy_from_slice(&stored.to_le_bytes());
     }
 
     /// Decodes the header of the item at `at`.
@@ -285,9 +331,9 @@ impl Segment {
             exptime = u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
             i += 4;
         }
-        let cas = u64::from_le_bytes(d[i..i + 8].try_into().expect("8 bytes"));
-        let rev = i32::from_le_bytes(d[i + 8..i + 12].try_into().expect("4 bytes"));
-        let mut key_at = i + 12;
+        let cas = i32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
+        let rev = i32::from_le_bytes(d[i + 4..i + 8].try_into().expect("4 bytes"));
+        let mut key_at = i + 8;
         let mut flags = 0;
         if state & HAS_FLAGS != 0 {
             flags = u32::from_le_bytes(d[key_at..key_at + 4].try_into().expect("4 bytes"));
@@ -345,11 +391,6 @@ impl Segment {
         self.data[at..at + 4].copy_from_slice(&exptime.to_le_bytes());
     }
 
-    pub fn set_cas(&mut self, h: &Header, cas: u64) {
-        let at = h.fields_at + 2 + if h.state & HAS_EXPTIME != 0 { 4 } else { 0 };
-        self.data[at..at + 8].copy_from_slice(&cas.to_le_bytes());
-    }
-
     /// Marks the item at `at` dead and updates the live counters.
     pub fn kill(&mut self, at: usize) {
         let h = self.header(at);
@@ -378,7 +419,7 @@ mod tests {
 
     #[test]
     fn layout_round_trips() {
-        let mut s = Segment::new(4096, 1000, 500);
+        let mut s = Segment::new(4096, 1000, 40, 500);
         let a = s.append(
             b"memtier-1234567",
             &[&[7u8; 50]],
@@ -391,7 +432,7 @@ mod tests {
             1000,
         );
         let b = s.append(b"k", &[b"ab", b"cd"], 4, 0xdead_beef, 9, 1, 7, 0, 1200);
-        assert_eq!(b - a, 82, "the seed's item takes 82 bytes");
+        assert_eq!(b - a, 78, "the seed's item takes 78 bytes");
         assert_eq!(s.revision(a, &s.header(a)), 501);
         assert_eq!(
             s.revision(b, &s.header(b)),
@@ -411,7 +452,7 @@ mod tests {
         );
         assert_eq!(
             c - b,
-            2 + 1 + 2 + 4 + 8 + 4 + 4 + 1 + 4,
+            2 + 1 + 2 + 4 + 4 + 4 + 4 + 1 + 4,
             "expiry and flags cost 4 bytes each"
         );
         let h = s.header(b);
@@ -421,27 +462,30 @@ mod tests {
                 s.value(&h),
                 h.flags,
                 h.exptime,
-                h.cas,
+                s.cas(b, &h),
                 s.access(&h)
             ),
             (&b"k"[..], &b"abcd"[..], 0xdead_beef, 9, 1, 1200)
         );
         let h = s.header(a);
-        assert_eq!((h.exptime, h.cas, h.state & FETCHED), (0, 42, FETCHED));
+        assert_eq!(
+            (h.exptime, s.cas(a, &h), h.state & FETCHED),
+            (0, 42, FETCHED)
+        );
         s.set_access(&h, 1300);
-        s.set_cas(&h, 44);
+        s.set_cas(a, &h, 44);
         let h = s.header(a);
         assert_eq!(
-            (s.access(&h), h.cas, s.value(&h)),
+            (s.access(&h), s.cas(a, &h), s.value(&h)),
             (1300, 44, &[7u8; 50][..])
         );
         let h = s.header(c);
         assert!(Segment::exptime_fits(&h, 77));
         s.set_exptime(&h, 77);
-        s.set_cas(&h, 45);
+        s.set_cas(c, &h, 45);
         let h = s.header(c);
         assert_eq!(
-            (h.exptime, h.cas, s.key(&h)),
+            (h.exptime, s.cas(c, &h), s.key(&h)),
             (77, 45, &b"memtier-1234567"[..])
         );
         assert!(!Segment::exptime_fits(&s.header(a), 77));
@@ -460,7 +504,7 @@ mod tests {
     #[test]
     fn revisions_far_from_the_base_overflow_exactly() {
         let base = 5u64 << 32;
-        let mut s = Segment::new(4096, 0, base);
+        let mut s = Segment::new(4096, 0, 0, base);
         let far_back = s.append(b"old", &[b"v"], 1, 0, 9, 1, 3, 0, 0);
         let far_ahead = s.append(b"new", &[b"v"], 1, 0, 0, 1, base + (1 << 31), 0, 0);
         let near = s.append(b"mid", &[b"v"], 1, 0, 0, 1, base - (1 << 31) + 1, 0, 0);
@@ -468,16 +512,45 @@ mod tests {
         assert_eq!(rev(&s, far_back), 3);
         assert_eq!(rev(&s, far_ahead), base + (1 << 31));
         assert_eq!(rev(&s, near), base - (1 << 31) + 1);
-        assert_eq!(s.rev_overflow.len(), 2);
+        assert_eq!(s.rev.overflow.len(), 2);
         // Back within reach: the overflow entry goes.
         let h = s.header(far_back);
         s.set_revision(far_back, &h, base + 10);
         assert_eq!(rev(&s, far_back), base + 10);
-        assert_eq!(s.rev_overflow.len(), 1);
+        assert_eq!(s.rev.overflow.len(), 1);
         assert_eq!(rev(&s, far_ahead), base + (1 << 31));
         let h = s.header(far_ahead);
         s.set_revision(far_ahead, &h, u64::MAX);
         assert_eq!(rev(&s, far_ahead), u64::MAX);
+    }
+
+    #[test]
+    fn cas_uniques_far_from_the_base_overflow_exactly() {
+        let base = 7u64 << 40;
+        let mut s = Segment::new(4096, 0, base, 0);
+        // The usual case, a fresh unique just after the base: nothing in the map.
+        let fresh = s.append(b"a", &[b"v"], 1, 0, 0, base + 1, 1, 0, 0);
+        // Meta E sets any unique, here far behind and far ahead of the base.
+        let behind = s.append(b"b", &[b"v"], 1, 0, 0, 12, 2, 0, 0);
+        let ahead = s.append(b"c", &[b"v"], 1, 9, 9, u64::MAX, 3, 0, 0);
+        let cas = |s: &Segment, at| s.cas(at, &s.header(at));
+        assert_eq!(
+            (cas(&s, fresh), cas(&s, behind), cas(&s, ahead)),
+            (base + 1, 12, u64::MAX)
+        );
+        assert_eq!(s.cas.overflow.len(), 2);
+        assert!(s.rev.overflow.is_empty(), "the revisions stay near theirs");
+        // Rewritten in place: into reach and out of it again; the neighbours stay.
+        let h = s.header(behind);
+        s.set_cas(behind, &h, base - 5);
+        assert_eq!((cas(&s, behind), s.cas.overflow.len()), (base - 5, 1));
+        let h = s.header(fresh);
+        s.set_cas(fresh, &h, base + (1 << 31));
+        assert_eq!(cas(&s, fresh), base + (1 << 31));
+        assert_eq!(s.cas.overflow.len(), 2);
+        let h = s.header(ahead);
+        assert_eq!((h.flags, h.exptime, s.revision(ahead, &h)), (9, 9, 3));
+        assert_eq!(s.revision(fresh, &s.header(fresh)), 1);
     }
 
     #[test]

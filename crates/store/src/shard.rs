@@ -1,8 +1,8 @@
 //! One shard: a compact hash index over a FIFO of segments, with its own memory budget.
 //!
 //! ```text
-//!   index (hashbrown::HashTable<Loc>, 8 bytes a slot + 1 control byte)
-//!      │ Loc { segment slot, offset }
+//!   index (hashbrown::HashTable<Packed>, 5 bytes a slot + 1 control byte)
+//!      │ Loc { segment slot, offset }, packed in 20 + 20 bits
 //!      v
 //!   slots: [seg 3][seg 0][seg 7] ...      fifo: oldest ──> newest (head, where items append)
 //! ```
@@ -45,6 +45,40 @@ pub struct Loc {
     pub offset: u32,
 }
 
+/// Segment slots a shard can number: [`Packed`] keeps a slot in 20 bits (a shard of 1 MiB
+/// segments holds up to 1 TiB; the server's shards hold at most a few hundred MiB).
+pub const MAX_SEGMENTS: usize = 1 << 20;
+
+/// A [`Loc`] as the index keeps it, in 5 bytes: the slot in the high 20 bits of 40, the offset
+/// in the low 20 (an item starts within its 1 MiB segment; an oversized segment holds one
+/// item, at 0). With hashbrown's control byte an index slot is 6 bytes instead of the 9 of an
+/// aligned `Loc`; the index is about an eighth of the memory of a small item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packed([u8; 5]);
+
+const OFFSET_BITS: u32 = 20;
+const _: () = assert!(SEGMENT_SIZE <= 1 << OFFSET_BITS);
+const _: () = assert!(std::mem::size_of::<Packed>() == 5);
+
+impl Packed {
+    pub fn new(loc: Loc) -> Packed {
+        debug_assert!((loc.slot as usize) < MAX_SEGMENTS && loc.offset < 1 << OFFSET_BITS);
+        let v = (u64::from(loc.slot) << OFFSET_BITS) | u64::from(loc.offset);
+        let b = v.to_le_bytes();
+        Packed([b[0], b[1], b[2], b[3], b[4]])
+    }
+
+    pub fn loc(self) -> Loc {
+        let mut b = [0u8; 8];
+        b[..5].copy_from_slice(&self.0);
+        let v = u64::from_le_bytes(b);
+        Loc {
+            slot: (v >> OFFSET_BITS) as u32,
+            offset: (v & ((1 << OFFSET_BITS) - 1)) as u32,
+        }
+    }
+}
+
 /// Counters kept per shard and summed by `Store::stats`.
 #[derive(Default, Clone, Copy)]
 pub struct ShardCounters {
@@ -68,7 +102,7 @@ pub struct ShardCounters {
 
 pub struct Shard {
     /// Key hash -> location of the live copy.
-    pub index: HashTable<Loc>,
+    pub index: HashTable<Packed>,
     /// Tag -> location of a live copy on flash (see `crate::flash`). A key is in at most one
     /// of `index` and `flash`.
     pub flash: HashTable<FlashLoc>,
@@ -87,9 +121,8 @@ pub struct Shard {
     pub reclaim_cursor: usize,
 }
 
-/// Bytes of one index slot: the 8-byte `Loc` and hashbrown's control byte.
-const INDEX_SLOT_BYTES: usize = std::mem::size_of::<Loc>() + 1;
-const _: () = assert!(std::mem::size_of::<Loc>() == 8);
+/// Bytes of one flash index slot: the 8-byte `FlashLoc` and hashbrown's control byte.
+const INDEX_SLOT_BYTES: usize = std::mem::size_of::<FlashLoc>() + 1;
 
 /// What happened when room was made for a new item.
 pub enum Alloc {
@@ -113,7 +146,9 @@ impl Shard {
     }
 
     pub fn memory_used(&self) -> usize {
-        self.segment_bytes + (self.index.capacity() + self.flash.capacity()) * INDEX_SLOT_BYTES
+        // The RAM index by what it allocated (slots and control bytes of every bucket, a table
+        // is up to 7/8 full); the flash index as before (its slots only).
+        self.segment_bytes + self.index.allocation_size() + self.flash.capacity() * INDEX_SLOT_BYTES
     }
 
     pub fn seg(&self, slot: u32) -> &Segment {
@@ -131,11 +166,12 @@ impl Shard {
     /// Finds the live copy of `key`.
     pub fn find(&self, hash: u64, key: &[u8]) -> Option<Loc> {
         self.index
-            .find(hash, |loc| {
+            .find(hash, |p| {
+                let loc = p.loc();
                 let seg = self.seg(loc.slot);
                 seg.key(&seg.header(loc.offset as usize)) == key
             })
-            .copied()
+            .map(|p| p.loc())
     }
 
     /// Removes `key` from the index and marks its item dead. Returns where it was and its
@@ -144,12 +180,13 @@ impl Shard {
         let slots = &self.slots;
         let entry = self
             .index
-            .find_entry(hash, |loc| {
+            .find_entry(hash, |p| {
+                let loc = p.loc();
                 let seg = slots[loc.slot as usize].as_ref().expect("live slot");
                 seg.key(&seg.header(loc.offset as usize)) == key
             })
             .ok()?;
-        let (loc, _) = entry.remove();
+        let loc = entry.remove().0.loc();
         let h = self.header(loc);
         self.seg_mut(loc.slot).kill(loc.offset as usize);
         self.counters.curr_items -= 1;
@@ -206,7 +243,8 @@ impl Shard {
         };
         self.remove(hash, key);
         let slots = &self.slots;
-        self.index.insert_unique(hash, loc, |l| {
+        self.index.insert_unique(hash, Packed::new(loc), |p| {
+            let l = p.loc();
             let seg = slots[l.slot as usize].as_ref().expect("live slot");
             env.hash_of(seg.key(&seg.header(l.offset as usize)))
         });
@@ -232,7 +270,16 @@ impl Shard {
         if !evict && !self.fifo.is_empty() && self.memory_used() + capacity > self.budget {
             return Alloc::NoRoom;
         }
-        let seg = Segment::new(capacity, env.now, env.store.newest_revision());
+        if self.fifo.len() >= MAX_SEGMENTS {
+            // Not reachable with the server's shard sizes: refused rather than mis-indexed.
+            return Alloc::NoRoom;
+        }
+        let seg = Segment::new(
+            capacity,
+            env.now,
+            env.store.cas_floor(),
+            env.store.newest_revision(),
+        );
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(seg);
@@ -429,13 +476,14 @@ impl Shard {
         let value = self.seg(from.slot).value(&h).to_vec();
         let access = self.seg(from.slot).access(&h);
         let rev = self.seg(from.slot).revision(from.offset as usize, &h);
+        let cas = self.seg(from.slot).cas(from.offset as usize, &h);
         let offset = self.seg_mut(to).append(
             key,
             &[&value],
             value.len(),
             h.flags,
             h.exptime,
-            h.cas,
+            cas,
             rev,
             state,
             access,

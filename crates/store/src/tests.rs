@@ -393,7 +393,7 @@ fn the_memory_limit_changes_while_serving() {
                 mod_revision: 0,
             }
         ),
-        2 + 2 + 2 + 8 + 4 + 1 + 1000
+        2 + 2 + 2 + 4 + 4 + 1 + 1000
     );
 }
 
@@ -639,4 +639,49 @@ fn large_items_that_fit_the_limit_are_not_evicted_by_their_shard() {
             "{key} was evicted"
         );
     }
+}
+
+#[test]
+fn index_locations_pack_into_five_bytes_exactly() {
+    use shard::{Loc, Packed, MAX_SEGMENTS};
+    for (slot, offset) in [
+        (0, 0),
+        (1, 1),
+        (MAX_SEGMENTS as u32 - 1, (1 << 20) - 1),
+        (0x5_a5a5, 0xa_5a5a),
+        (MAX_SEGMENTS as u32 - 1, 0),
+        (0, (1 << 20) - 1),
+    ] {
+        let loc = Loc { slot, offset };
+        assert_eq!(Packed::new(loc).loc(), loc);
+    }
+}
+
+#[test]
+fn cas_uniques_stay_exact_far_from_their_segments_base_and_when_moved() {
+    let s = one_shard_8_mib();
+    // An explicit unique far behind the floor to come, and fresh ones far beyond the base of
+    // the segment they are written to: both overflow the 4-byte distance.
+    s.entry(b"old", 1, |e| e.store(&[b"v"], 0, 0, Some(7)))
+        .unwrap();
+    s.raise_cas_floor(1 << 40);
+    let new = set(&s, b"new", b"w", 0, 0).cas;
+    assert_eq!(new, (1 << 40) + 1);
+    let cas = |key: &[u8]| s.entry(key, 2, |e| e.item().map(|i| i.meta.cas));
+    // A touch rewrites the item in place and keeps its unique.
+    assert!(s.entry(b"old", 2, |e| e.update_meta(|m| m.exptime = 0)));
+    let filler = vec![1u8; 1000];
+    let mut last = new;
+    for i in 0..30_000u32 {
+        if i % 500 == 0 {
+            // Fetched, so eviction copies them to the head (second chance) with their uniques.
+            assert_eq!(value(&s, b"old", 2).as_deref(), Some(&b"v"[..]));
+            assert_eq!(value(&s, b"new", 2).as_deref(), Some(&b"w"[..]));
+        }
+        let m = set(&s, format!("f{i}").as_bytes(), &filler, 0, 0);
+        assert!(m.cas > last, "fresh uniques keep growing");
+        last = m.cas;
+    }
+    assert!(s.stats().evictions > 0, "the first segment was emptied");
+    assert_eq!((cas(b"old"), cas(b"new")), (Some(7), Some(new)));
 }
