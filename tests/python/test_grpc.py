@@ -197,6 +197,34 @@ class Watcher:
         self.responses.cancel()
 
 
+def test_a_stream_holds_at_most_1000_watches(pb, server):
+    channel = grpc.insecure_channel(server[0])
+    kv = pb.kv_grpc.KVStub(channel)
+    w = Watcher(pb, channel)
+    for i in range(1000):
+        w.send(create_request=pb.watch.WatchCreateRequest(key=b"cap/%d" % i))
+    ids = []
+    for _ in range(1000):
+        m = w.next()
+        assert m.created and not m.canceled, m
+        ids.append(m.watch_id)
+    # The 1,001st create is refused with the reason; the stream and its watches go on.
+    w.send(create_request=pb.watch.WatchCreateRequest(key=b"cap/extra"))
+    m = w.next()
+    assert m.canceled and "resource exhausted" in m.cancel_reason and "1000" in m.cancel_reason, m
+    w.send(cancel_request=pb.watch.WatchCancelRequest(watch_id=ids[0]))
+    m = w.next()
+    assert m.canceled and m.watch_id == ids[0], m
+    w.send(create_request=pb.watch.WatchCreateRequest(key=b"cap/extra"))
+    m = w.next()
+    assert m.created and not m.canceled, "room again after a cancel"
+    kv.Set(pb.kv.SetRequest(key=b"cap/7", value=b"v"))
+    m = w.next()
+    assert m.watch_id == ids[7] and m.events[0].kv.key == b"cap/7", m
+    w.close()
+    channel.close()
+
+
 def test_watch_initial_state_events_and_reasons(pb, server):
     channel = grpc.insecure_channel(server[0])
     kv = pb.kv_grpc.KVStub(channel)

@@ -43,6 +43,10 @@ use crate::{now_unix, Backend};
 
 /// Responses a stream buffers before it stops producing (its bounded queue).
 const STREAM_QUEUE: usize = 16;
+/// Most watches one stream holds. Each costs a cursor and a share of its stream's one task;
+/// a create past the limit is canceled with the reason, and the stream and its other watches
+/// go on.
+const MAX_WATCHES_PER_STREAM: usize = 1000;
 /// Most events (and bytes of them) in one response.
 const MAX_EVENTS_PER_RESPONSE: usize = 1000;
 const MAX_BYTES_PER_RESPONSE: usize = 1 << 20;
@@ -353,6 +357,13 @@ impl StreamTask {
     }
 
     async fn create(&mut self, c: pb::WatchCreateRequest, published: Revision) -> bool {
+        if self.watches.len() >= MAX_WATCHES_PER_STREAM {
+            let why = format!(
+                "resource exhausted: this stream already holds {MAX_WATCHES_PER_STREAM} \
+                 watches, the most one stream may; cancel one or open another stream"
+            );
+            return self.send(canceled(c.watch_id, published, why)).await;
+        }
         let id = match c.watch_id {
             0 => {
                 while self.watches.contains_key(&self.next_id) {
