@@ -26,17 +26,17 @@ impl Server {
     /// is ready. Tests drive admin lines, so admin is on unless `args` say `--enable-admin false`
     /// (the last of a repeated flag wins).
     pub fn start(args: &[&str]) -> Server {
-        Server::start_fresh(&[], args, Stdio::null())
+        Server::start_fresh(&[], args, None)
     }
 
     /// [`Server::start`] with the server's log (stderr) readable from `child.stderr`.
     pub fn start_logging(args: &[&str]) -> Server {
-        Server::start_fresh(&[], args, Stdio::piped())
+        Server::start_fresh(&[], args, Some(Stdio::piped()))
     }
 
     /// [`Server::start`] with these environment variables set for the server process.
     pub fn start_with_env(env: &[(&str, &str)], args: &[&str]) -> Server {
-        Server::start_fresh(env, args, Stdio::null())
+        Server::start_fresh(env, args, None)
     }
 
     /// [`Server::start_with_env`] at a higher CPU priority than other work on the machine
@@ -45,12 +45,12 @@ impl Server {
     pub fn start_favoured(env: &[(&str, &str)], args: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
-        let mut s = Server::spawn_with(&["nice", "-n", "-10"], &dir, env, args, Stdio::null());
+        let mut s = Server::spawn_with(&["nice", "-n", "-10"], &dir, env, args, None);
         s._tmp = Some(tmp);
         s
     }
 
-    fn start_fresh(env: &[(&str, &str)], args: &[&str], stderr: Stdio) -> Server {
+    fn start_fresh(env: &[(&str, &str)], args: &[&str], stderr: Option<Stdio>) -> Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
         let mut s = Server::spawn(&dir, env, args, stderr);
@@ -62,26 +62,33 @@ impl Server {
     /// `args` name their own `--log-segment-mb N`, as two arguments (needed for items over
     /// 1 MiB). The gRPC API listens on a free port unless `args` name `--grpc-listen`.
     pub fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
-        Server::spawn(dir, &[], args, Stdio::null())
+        Server::spawn(dir, &[], args, None)
     }
 
     /// [`Server::start_in`] with these environment variables set for the server process.
     pub fn start_in_with_env(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> Server {
-        Server::spawn(dir, env, args, Stdio::null())
+        Server::spawn(dir, env, args, None)
     }
 
-    fn spawn(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str], stderr: Stdio) -> Server {
+    fn spawn(
+        dir: &std::path::Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+        stderr: Option<Stdio>,
+    ) -> Server {
         Server::spawn_with(&[], dir, env, args, stderr)
     }
 
     /// Spawns the server, run by `prefix` (a command that runs the one after it) if not empty.
+    /// `stderr` None keeps the end of the server's log for the message of a start that fails.
     fn spawn_with(
         prefix: &[&str],
         dir: &std::path::Path,
         env: &[(&str, &str)],
         args: &[&str],
-        stderr: Stdio,
+        stderr: Option<Stdio>,
     ) -> Server {
+        let keep_log_tail = stderr.is_none();
         let segments: &[&str] = if args.contains(&"--log-segment-mb") {
             &[]
         } else {
@@ -112,17 +119,19 @@ impl Server {
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(stderr)
+            .stderr(stderr.unwrap_or_else(Stdio::piped))
             .spawn()
             .expect("spawn cairn");
+        let log_tail = keep_log_tail.then(|| LogTail::drain(child.stderr.take().expect("stderr")));
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let mut grpc_addr = None;
         let addr = loop {
-            let line = lines
-                .next()
-                .expect("cairn exited before it was ready")
-                .expect("read stdout");
+            let Some(line) = lines.next() else {
+                let log = log_tail.map_or_else(|| "(its log is the test's)".into(), LogTail::end);
+                panic!("cairn exited before it was ready; the end of its log:\n{log}");
+            };
+            let line = line.expect("read stdout");
             if let Some(a) = line.strip_prefix("cairn grpc listening on ") {
                 grpc_addr = Some(a.parse().expect("address"));
             }
@@ -147,6 +156,36 @@ impl Server {
 
     pub fn connect(&self) -> Conn {
         Conn::new(self.addr)
+    }
+}
+
+/// The last bytes a server wrote to stderr, read by a thread until the server exits (so that
+/// the pipe never fills and blocks it).
+struct LogTail {
+    reader: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl LogTail {
+    const KEEP: usize = 16 * 1024;
+
+    fn drain(mut stderr: std::process::ChildStderr) -> LogTail {
+        let reader = std::thread::spawn(move || {
+            let mut tail = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut buf) {
+                tail.extend_from_slice(&buf[..n]);
+                let over = tail.len().saturating_sub(LogTail::KEEP);
+                tail.drain(..over);
+            }
+            tail
+        });
+        LogTail { reader }
+    }
+
+    /// Waits for the server's stderr to close (it has exited) and returns what it kept.
+    fn end(self) -> String {
+        let tail = self.reader.join().unwrap_or_default();
+        String::from_utf8_lossy(&tail).into_owned()
     }
 }
 
