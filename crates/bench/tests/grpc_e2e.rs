@@ -1,43 +1,9 @@
 //! `cairn-bench grpc` against the real cairn binary: preloaded gets all hit, every call is
 //! counted, the open loop sends what it is asked to, and the server's CPU is read.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod common;
 
-/// `target/debug/cairn` with gRPC on a free port; (child, gRPC address). None where the server
-/// is not built (a failure under CI).
-fn start_cairn() -> Option<(Child, String, tempfile::TempDir)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cairn = root.join("target/debug/cairn");
-    if !cairn.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "target/debug/cairn missing under CI"
-        );
-        eprintln!("skipped: build the server first (cargo build -p cairn-server)");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(cairn)
-        .args(["-p", "0", "--persistence", "off"])
-        .args(["--grpc-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| Some(l.strip_prefix("cairn grpc listening on ")?.to_string()))
-        .expect("cairn exited before it was ready");
-    // The server prints more after this line: keep reading its stdout (a closed pipe would
-    // fail its next print).
-    std::thread::spawn(move || lines.for_each(drop));
-    Some((child, addr, dir))
-}
+use std::process::Command;
 
 fn bench(addr: &str, pid: u32, args: &[&str]) -> serde_json::Value {
     let out = tempfile::tempdir().unwrap();
@@ -58,10 +24,11 @@ fn bench(addr: &str, pid: u32, args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn grpc_mode_counts_every_call_and_reads_the_server_cpu() {
-    let Some((mut child, addr, _dir)) = start_cairn() else {
+    let Some(mut cairn) = common::Cairn::start(&["--grpc-listen", "127.0.0.1:0"]) else {
         return;
     };
-    let pid = child.id();
+    let addr = cairn.grpc_addr.clone().expect("gRPC address");
+    let pid = cairn.child.id();
     // Before any set, gets miss (NOT_FOUND is a miss, not an error).
     let r0 = bench(
         &addr,
@@ -105,6 +72,6 @@ fn grpc_mode_counts_every_call_and_reads_the_server_cpu() {
     );
     assert_eq!(r["ok"], 40, "{r}");
     assert_eq!(r["offered_rate"], 2000, "{r}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    cairn.child.kill().unwrap();
+    cairn.child.wait().unwrap();
 }

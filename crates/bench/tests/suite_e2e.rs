@@ -2,21 +2,15 @@
 //! table and the JSON, with non-zero figures; the ratios, checkpoint dip and recovery tables
 //! and fields are there; and the charts are written.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
 #[test]
 fn tiny_suite_reports_every_row() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cairn = root.join("target/debug/cairn");
-    if !cairn.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "target/debug/cairn missing under CI"
-        );
-        eprintln!("skipped: build the server first (cargo build -p cairn-server)");
+    let Some(cairn) = common::cairn_binary() else {
         return;
-    }
+    };
     let out = tempfile::tempdir().unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_cairn-bench"))
         .args([
