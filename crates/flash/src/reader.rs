@@ -356,7 +356,7 @@ impl Drop for PoolReader {
 }
 
 /// Entries of a worker thread's own ring.
-const LOCAL_RING_ENTRIES: u32 = 256;
+pub(crate) const LOCAL_RING_ENTRIES: u32 = 256;
 
 thread_local! {
     /// The ring of this thread's current-thread runtime (by the runtime's id), made at the
