@@ -346,16 +346,11 @@ fn reads(args: &SuiteArgs, dir: &Path, flash_mb: u64, ram_only_mb: u64) -> Resul
     say("cairn flash, the shared ring thread: the same");
     let shared = run_cairn(&[(cairn_flash_shared_ring_env(), "1")])?;
     say("memcached extstore: the same");
-    let mc_file = cairn_dir.path().join("memcached.flash");
-    let mc = {
-        let p = memcached(args.ram_mb, &mc_file, flash_mb)?;
-        read_phases(args, &p, false)?
-    };
-    let _ = std::fs::remove_file(&mc_file);
+    let mc = extstore(args, cairn_dir.path(), flash_mb, |p| {
+        read_phases(args, p, false)
+    })?;
     say(&format!("fio on cairn's flash file, QD {qd} and QD 1"));
-    let fio_bytes = (written as u64).max(64 << 20);
-    let (fio_iops, _) = fio(&file, fio_bytes, qd, args.phase_secs)?;
-    let (_, fio_qd1_p50) = fio(&file, fio_bytes, 1, args.phase_secs)?;
+    let (fio_iops, fio_qd1_p50) = fio_qd_and_qd1(&file, written, qd, args.phase_secs)?;
     let mut md = format!(
         "flash suite, F2 and F3 alone: {} keys of {} bytes, -m {} MiB, flash {} MiB, {} threads          x {} clients; 2 cores shared by the servers, the load generator, fio and other work.\n\n",
         args.keys, args.data_size, args.ram_mb, flash_mb, args.threads, args.clients
@@ -405,6 +400,28 @@ fn reads(args: &SuiteArgs, dir: &Path, flash_mb: u64, ram_only_mb: u64) -> Resul
 /// The server's switch back to the shared ring thread (cairn_flash::reader::SHARED_RING_ENV).
 fn cairn_flash_shared_ring_env() -> &'static str {
     "CAIRN_FLASH_SHARED_RING"
+}
+
+/// memcached with extstore on a file in `dir` (removed afterwards), measured by `measure`.
+fn extstore(
+    args: &SuiteArgs,
+    dir: &Path,
+    flash_mb: u64,
+    measure: impl FnOnce(&Proc) -> Result<Figures, String>,
+) -> Result<Figures, String> {
+    let file = dir.join("memcached.flash");
+    let figures = memcached(args.ram_mb, &file, flash_mb).and_then(|p| measure(&p));
+    let _ = std::fs::remove_file(&file);
+    figures
+}
+
+/// fio's random reads of `file` (over the `written` bytes, at least 64 MiB): IOPS at queue
+/// depth `qd`, and the completion latency p50 in us at queue depth 1.
+fn fio_qd_and_qd1(file: &Path, written: f64, qd: u64, secs: u64) -> Result<(f64, f64), String> {
+    let bytes = (written as u64).max(64 << 20);
+    let (iops, _) = fio(file, bytes, qd, secs)?;
+    let (_, qd1_p50) = fio(file, bytes, 1, secs)?;
+    Ok((iops, qd1_p50))
 }
 
 /// What fio measured: (IOPS, completion latency p50 in us).
@@ -764,17 +781,10 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     };
 
     say("memcached extstore: all phases");
-    let mc_file = cairn_dir.path().join("memcached.flash");
-    let mc_figs = {
-        let p = memcached(args.ram_mb, &mc_file, flash_mb)?;
-        phases(args, &p, false)?
-    };
-    let _ = std::fs::remove_file(&mc_file);
+    let mc_figs = extstore(args, cairn_dir.path(), flash_mb, |p| phases(args, p, false))?;
 
     say(&format!("fio on the flash file, QD {qd} and QD 1"));
-    let fio_bytes = (written as u64).max(64 << 20);
-    let (fio_iops, _) = fio(&cairn_file, fio_bytes, qd, args.phase_secs)?;
-    let (_, fio_qd1_p50) = fio(&cairn_file, fio_bytes, 1, args.phase_secs)?;
+    let (fio_iops, fio_qd1_p50) = fio_qd_and_qd1(&cairn_file, written, qd, args.phase_secs)?;
     drop(cairn_dir);
 
     say("F5: cairn with flash, persistence sync: insert, kill -9, restart");

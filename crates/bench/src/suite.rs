@@ -337,6 +337,15 @@ fn cairn_bin<'a>(args: &'a SuiteArgs, alt: &'a Option<(String, PathBuf)>) -> &'a
         .map_or(args.cairn_bin.as_path(), |(_, p)| p.as_path())
 }
 
+/// The field `name` of a `stats <group>` reply as a number, or why there is none.
+fn numeric_stat(stats: &[(String, String)], group: &str, name: &str) -> Result<u64, String> {
+    stats
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| format!("stats {group}: no numeric {name}"))
+}
+
 /// `stats GROUP` over the memcached text protocol, as (name, value) pairs.
 pub(crate) fn memcache_stats(
     host: &str,
@@ -394,13 +403,7 @@ fn kill_and_recover(
     let restart_to_ready_ms = spawned.elapsed().as_secs_f64() * 1000.0;
     wait_ready(server.port, t.protocol())?;
     let stats = memcache_stats(&server.host, server.port, "persistence")?;
-    let field = |name: &str| -> Result<u64, String> {
-        stats
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.parse().ok())
-            .ok_or_else(|| format!("stats persistence: no numeric {name}"))
-    };
+    let field = |name: &str| numeric_stat(&stats, "persistence", name);
     let recovery_ms = field("recovery_ms")?;
     let recovered_items = field("recovered_items")?;
     Ok(Recovery {
@@ -479,13 +482,7 @@ pub struct LogSync {
 /// (dsync writes, their p50 us, fdatasyncs, their p50 us, appended LSN) of a cairn server.
 fn log_counters(host: &str, port: u16) -> Result<[u64; 5], String> {
     let stats = memcache_stats(host, port, "persistence")?;
-    let field = |name: &str| -> Result<u64, String> {
-        stats
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.parse().ok())
-            .ok_or_else(|| format!("stats persistence: no numeric {name}"))
-    };
+    let field = |name: &str| numeric_stat(&stats, "persistence", name);
     Ok([
         field("log_dsync_write_count")?,
         field("log_dsync_write_latency_us_p50")?,
