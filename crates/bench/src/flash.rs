@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::keys::Pattern;
 use crate::load::{self, LoadConfig, LoadResult, Protocol};
-use crate::suite::{free_port, memcache_stats, rss_bytes, wait_ready, SuiteArgs};
+use crate::suite::{free_port, median, memcache_stats, rss_bytes, wait_ready, SuiteArgs};
 
 /// A server started for one part of the run, killed on drop.
 struct Proc {
@@ -256,6 +256,13 @@ fn read_phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, Strin
     };
     f.rss_bytes_per_flash_item =
         ratio(rss1.saturating_sub(rss0) as f64, delta(&s0, &s1, flash_key));
+    get_phases(args, p, cairn, &mut f)?;
+    Ok(f)
+}
+
+/// F2 (uniform random gets over the whole set, from `--threads` x `--clients`) and F3 (one
+/// client, one request at a time) into `f`.
+fn get_phases(args: &SuiteArgs, p: &Proc, cairn: bool, f: &mut Figures) -> Result<(), String> {
     // F2: uniform random gets over the whole set.
     let s2 = p.stats()?;
     let g = load::run(&load_cfg(args, p.port, (0, 1), Pattern::Random))?;
@@ -279,7 +286,7 @@ fn read_phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, Strin
     })?;
     f.qd1_get_p50_us = one.get_latency.value_at_percentile(50.0) as f64;
     f.qd1_get_p99_us = one.get_latency.value_at_percentile(99.0) as f64;
-    Ok(f)
+    Ok(())
 }
 
 /// The one-client get p50 of a server holding every key in RAM, us (the request path's own
@@ -392,6 +399,145 @@ fn reads(args: &SuiteArgs, dir: &Path, flash_mb: u64, ram_only_mb: u64) -> Resul
     });
     std::fs::write(
         args.out_dir.join("flash-reads-results.json"),
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// `--flash-phases reads-ab`: F2 and F3 of `--cairn-bin` against each `--cairn-alt` build
+/// (A/B of a change on the read path). Every build runs at once, each with its own flash file,
+/// filled once; then `--repeat` rounds, each measuring the builds one after the other (A B,
+/// A B, ...) and fio on the first build's file at the load's queue depth and at 1. The table
+/// gives every round and the medians; a build's ratio to fio is its median over the rounds
+/// of its gets/s to that round's fio IOPS.
+fn reads_ab(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<(), String> {
+    let qd = args.threads * args.clients;
+    let say = |s: &str| {
+        if !args.quiet {
+            eprintln!("[flash reads-ab] {s}");
+        }
+    };
+    let mut builds = vec![("base".to_string(), args.cairn_bin.clone())];
+    builds.extend(args.cairn_alt.iter().cloned());
+    let mut servers = Vec::new();
+    for (label, bin) in &builds {
+        let d = tempfile::tempdir_in(dir).map_err(|e| e.to_string())?;
+        let file = d.path().join("cairn.flash");
+        let extra: Vec<String> = vec![
+            "-m".into(),
+            args.ram_mb.to_string(),
+            "--persistence".into(),
+            "off".into(),
+            "--flash-path".into(),
+            file.display().to_string(),
+            "--flash-size".into(),
+            format!("{flash_mb}m"),
+        ];
+        let build_args = SuiteArgs {
+            cairn_bin: bin.clone(),
+            ..args.clone()
+        };
+        say(&format!(
+            "cairn [{label}]: start, insert {} keys",
+            args.keys
+        ));
+        let p = cairn(&build_args, free_port()?, &extra, d.path())?;
+        insert(args, p.port)?;
+        servers.push((label.clone(), p, file, d));
+    }
+    let written = servers[0]
+        .1
+        .stats()?
+        .get("extstore_bytes_used")
+        .copied()
+        .unwrap_or(0.0);
+    // rounds[r][b]: build b's figures in round r; fio[r]: (IOPS at QD, QD1 p50).
+    let mut rounds: Vec<Vec<Figures>> = Vec::new();
+    let mut fio_rounds = Vec::new();
+    for r in 0..args.repeat.max(1) {
+        let mut row = Vec::new();
+        for (label, p, _, _) in &servers {
+            say(&format!(
+                "round {}: cairn [{label}] uniform gets, one client's gets",
+                r + 1
+            ));
+            let mut f = Figures::default();
+            get_phases(args, p, true, &mut f)?;
+            row.push(f);
+        }
+        say(&format!("round {}: fio QD {qd} and QD 1", r + 1));
+        fio_rounds.push(fio_qd_and_qd1(&servers[0].2, written, qd, args.phase_secs)?);
+        rounds.push(row);
+    }
+    let mut md = format!(
+        "flash suite, F2 and F3 A/B: {} keys of {} bytes, -m {} MiB, flash {} MiB, {} threads \
+         x {} clients, {} rounds of {} s phases; 2 cores shared by the servers, the load \
+         generator, fio and other work.\n\n",
+        args.keys,
+        args.data_size,
+        args.ram_mb,
+        flash_mb,
+        args.threads,
+        args.clients,
+        rounds.len(),
+        args.phase_secs
+    );
+    md.push_str("| round | build | F2 gets/s | from flash | x fio QD | reads/flash hit | device reads/miss | F3 p50 us | p99 us | p50 - fio QD1 p50 | fio QD IOPS | fio QD1 p50 us |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (r, row) in rounds.iter().enumerate() {
+        let (iops, p50) = fio_rounds[r];
+        for ((label, ..), f) in servers.iter().zip(row) {
+            let _ = writeln!(
+                md,
+                "| {} | {label} | {:.0} | {:.0}% | {:.2}x | {:.3} | {:.4} | {:.0} | {:.0} | {:+.0} | {iops:.0} | {p50:.0} |",
+                r + 1,
+                f.get_ops_per_sec,
+                f.get_from_flash * 100.0,
+                ratio(f.get_ops_per_sec, iops),
+                f.reads_per_flash_hit,
+                f.device_reads_per_miss,
+                f.qd1_get_p50_us,
+                f.qd1_get_p99_us,
+                f.qd1_get_p50_us - p50
+            );
+        }
+    }
+    let mut summary = Vec::new();
+    for (b, (label, ..)) in servers.iter().enumerate() {
+        let col = |g: &dyn Fn(&Figures, (f64, f64)) -> f64| {
+            median(
+                rounds
+                    .iter()
+                    .zip(&fio_rounds)
+                    .map(|(row, fio)| g(&row[b], *fio))
+                    .collect(),
+            )
+        };
+        let gets = col(&|f, _| f.get_ops_per_sec);
+        let x_fio = col(&|f, (iops, _)| ratio(f.get_ops_per_sec, iops));
+        let p50 = col(&|f, _| f.qd1_get_p50_us);
+        let over = col(&|f, (_, p50)| f.qd1_get_p50_us - p50);
+        let _ = writeln!(
+            md,
+            "| median | {label} | {gets:.0} | | {x_fio:.2}x | | | {p50:.0} | | {over:+.0} | | |"
+        );
+        summary.push(serde_json::json!({
+            "build": label, "get_ops_per_sec": gets, "x_fio": x_fio,
+            "qd1_p50_us": p50, "qd1_p50_minus_fio_us": over,
+        }));
+    }
+    println!("{md}");
+    std::fs::write(args.out_dir.join("flash-reads-ab-results.md"), &md)
+        .map_err(|e| e.to_string())?;
+    let json = serde_json::json!({
+        "keys": args.keys, "data_size": args.data_size, "ram_mb": args.ram_mb,
+        "flash_mb": flash_mb, "threads": args.threads, "clients": args.clients,
+        "phase_secs": args.phase_secs,
+        "builds": builds.iter().map(|(l, p)| serde_json::json!({"label": l, "bin": p})).collect::<Vec<_>>(),
+        "rounds": rounds, "fio": fio_rounds, "medians": summary,
+    });
+    std::fs::write(
+        args.out_dir.join("flash-reads-ab-results.json"),
         serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
     )
     .map_err(|e| e.to_string())
@@ -703,6 +849,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     match args.flash_phases.as_str() {
         "all" => {}
         "reads" => return reads(args, &dir, flash_mb, ram_only_mb),
+        "reads-ab" => return reads_ab(args, &dir, flash_mb),
         "f5" => {
             say("F5 alone: cairn with flash, persistence sync: insert, kill -9, restart");
             let f5 = crash(args, &dir, flash_mb)?;
@@ -728,7 +875,7 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
         }
         other => {
             return Err(format!(
-                "--flash-phases {other:?}: expected all, reads or f5"
+                "--flash-phases {other:?}: expected all, reads, reads-ab or f5"
             ))
         }
     }

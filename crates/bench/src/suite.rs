@@ -25,7 +25,7 @@ use crate::keys::Pattern;
 use crate::load::{self, LoadConfig, Protocol};
 use crate::report::{self, CheckpointDip};
 
-#[derive(Debug, Parser)]
+#[derive(Clone, Debug, Parser)]
 pub struct SuiteArgs {
     /// The scenario set: `arcus`, or `flash` (the fatcache seed's F1-F6, see flash.rs).
     #[arg(default_value = "arcus")]
@@ -88,7 +88,9 @@ pub struct SuiteArgs {
     /// `flash`: `all` (F1-F6 side by side), `reads` (F2 and F3 alone, cairn's ring per
     /// worker beside its shared ring thread: flash-reads-results.{md,json}), or `f5` (the
     /// kill -9 check alone, for work on recovery: its table and JSON go to
-    /// flash-f5-results.{md,json}).
+    /// flash-f5-results.{md,json}), or `reads-ab` (F2 and F3 of `--cairn-bin` against each
+    /// `--cairn-alt` build, `--repeat` alternating rounds with fio in each, medians:
+    /// flash-reads-ab-results.{md,json}).
     #[arg(long, default_value = "all")]
     pub flash_phases: String,
 }
@@ -738,7 +740,7 @@ fn targets(args: &SuiteArgs) -> Result<Vec<Target>, String> {
     Ok(v)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return 0.0;
