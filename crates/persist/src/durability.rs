@@ -164,6 +164,15 @@ impl Persistence {
         }
     }
 
+    /// Async mode: hands what the log holds to the kernel from this thread now, and wakes
+    /// the requests waiting for it (see `cairn_wal::Log::write_ready`). A connection thread
+    /// calls it before it sleeps, after [`crate::writes_before_sleeping`] at its start: its
+    /// requests' writes then go out as one write per round of its event loop, with no hop to
+    /// the log's syncer thread and back. Never waits for the disk; a no-op in sync mode.
+    pub fn write_ready(&self) {
+        self.log.write_ready();
+    }
+
     /// Installs the replication gate (once; later calls are ignored).
     pub fn set_replication_gate(&self, gate: std::sync::Arc<dyn ReplicationGate>) {
         let _ = self.replication.set(gate);

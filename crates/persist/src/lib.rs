@@ -50,6 +50,7 @@ use cairn_store::{Mutation, Store};
 use cairn_wal::{Durability, FileSystem, Log, Lsn, WalError};
 use parking_lot::Mutex;
 
+pub use cairn_wal::writes_before_sleeping;
 pub use durability::{capture, take_ticket, ReplicationGate, Ticket};
 pub use open::Unrecoverable;
 pub use sink::LogObserver;

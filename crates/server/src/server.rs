@@ -158,7 +158,7 @@ impl Engine {
             let runtime = tokio::runtime::Handle::current();
             return crate::uring::Pool::start(n, runtime).map(Engine::Uring);
         }
-        Workers::start(n).map(Engine::Tokio)
+        Workers::start(n, ctx.persist.clone()).map(Engine::Tokio)
     }
 
     fn stop(self) {
@@ -181,19 +181,33 @@ struct Workers {
 }
 
 impl Workers {
-    /// Starts `n` threads (at least one), each with its own runtime.
-    fn start(n: usize) -> std::io::Result<Workers> {
+    /// Starts `n` threads (at least one), each with its own runtime. With persistence, each
+    /// thread writes the log's pending records itself before it sleeps, in async mode (see
+    /// `Persistence::write_ready`): the writes its connections wait for go out once per
+    /// round of its event loop, without waking the log's syncer thread.
+    fn start(
+        n: usize,
+        persist: Option<Arc<cairn_persist::Persistence>>,
+    ) -> std::io::Result<Workers> {
         let (stop, stopped) = watch::channel(false);
         let mut handles = Vec::new();
         for i in 0..n.max(1) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let mut builder = tokio::runtime::Builder::new_current_thread();
+            builder.enable_all();
+            if let Some(p) = &persist {
+                let p = Arc::clone(p);
+                builder.on_thread_park(move || p.write_ready());
+            }
+            let runtime = builder.build()?;
             handles.push(runtime.handle().clone());
             let mut stopped = stopped.clone();
+            let writes_log = persist.is_some();
             std::thread::Builder::new()
                 .name(format!("cairn-worker-{i}"))
                 .spawn(move || {
+                    if writes_log {
+                        cairn_persist::writes_before_sleeping();
+                    }
                     runtime.block_on(async move {
                         // Ends when told to, or when the sender is dropped (run returned).
                         let _ = stopped.wait_for(|stop| *stop).await;

@@ -287,9 +287,19 @@ impl Shared {
         };
         bytes.push_record(self.log_id, lsn, parts, framed_len);
         self.add_pending(&mut st, framed_len);
+        // The syncer waits for work only when nothing is pending: one wake per batch. In
+        // async mode a thread that writes before it sleeps writes this batch itself, and
+        // the next append from any other thread wakes the syncer.
+        let wake = if self.durability() == crate::Durability::Async
+            && crate::thread_writes_before_sleeping()
+        {
+            st.unwoken = true;
+            false
+        } else {
+            was_empty || std::mem::take(&mut st.unwoken)
+        };
         drop(st);
-        // The syncer waits for work only when nothing is pending: one wake per batch.
-        if was_empty {
+        if wake {
             self.work_cv.notify_one();
         }
         Ok(lsn)

@@ -78,6 +78,24 @@ pub use appender::FRAME_OUTSIDE_LOCK_BYTES;
 use segment::Spare;
 use waiters::Watermark;
 
+thread_local! {
+    /// Set by [`writes_before_sleeping`].
+    static WRITES_BEFORE_SLEEPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Declares that the calling thread calls [`Log::write_ready`] on every log it appends to
+/// before it goes to sleep (an event loop's worker, from its park hook). Its async-mode
+/// appends then do not wake the syncer: the thread writes them itself, as one batch, before
+/// it sleeps (if it never does, the syncer takes them within the flush interval). Sync-mode
+/// appends wake the syncer as always.
+pub fn writes_before_sleeping() {
+    WRITES_BEFORE_SLEEPING.with(|c| c.set(true));
+}
+
+pub(crate) fn thread_writes_before_sleeping() -> bool {
+    WRITES_BEFORE_SLEEPING.with(|c| c.get())
+}
+
 /// A record's sequence number: 1 for the first record of a log, then +1 per record.
 pub type Lsn = u64;
 
@@ -377,6 +395,9 @@ pub(crate) struct Shared {
     truncating: Mutex<()>,
     /// See [`LogStats::backpressure_waits`].
     backpressure_waits: AtomicU64,
+    /// The tail and whoever writes it: the syncer, or a helper in async mode (see
+    /// [`Log::write_ready`]). Set at open. Taken before `state`, never after.
+    writer: Mutex<Option<syncer::Writer>>,
 }
 
 /// State under the log's one lock, held briefly by appenders and the syncer.
@@ -412,6 +433,13 @@ struct State {
     bytes_written: u64,
     /// See [`LogStats::spare_waits`].
     spare_waits: u64,
+    /// Async mode: when the oldest written-but-unsynced record was written (the clock of the
+    /// next fdatasync), and the bytes written since the last one.
+    unsynced_since: Option<std::time::Instant>,
+    unsynced_bytes: usize,
+    /// `pending` holds records appended without waking the syncer (see
+    /// [`writes_before_sleeping`]).
+    unwoken: bool,
 }
 
 impl LogHistograms {
@@ -563,6 +591,9 @@ impl Log {
                 hist: LogHistograms::new(),
                 bytes_written: 0,
                 spare_waits: 0,
+                unsynced_since: None,
+                unsynced_bytes: 0,
+                unwoken: false,
             }),
             pending_bytes: AtomicUsize::new(0),
             appended: AtomicU64::new(last),
@@ -576,6 +607,7 @@ impl Log {
             spare_cv: Condvar::new(),
             truncating: Mutex::new(()),
             backpressure_waits: AtomicU64::new(0),
+            writer: Mutex::new(None),
         });
         let mut tail = shared.open_tail(tail_path, tail_end, tail_version)?;
         shared.state.lock().next_offset = tail.offset;
@@ -586,6 +618,10 @@ impl Log {
             .sync_data()
             .map_err(|e| WalError::io(&tail.path, e))?;
         shared.maybe_request_spare(&mut tail);
+        *shared.writer.lock() = Some(syncer::Writer {
+            tail,
+            spare: Vec::new(),
+        });
         let worker = Arc::clone(&shared);
         let spare_maker = std::thread::Builder::new()
             .name("cairn-wal-spare".into())
@@ -598,7 +634,7 @@ impl Log {
         };
         let syncer = std::thread::Builder::new()
             .name("cairn-wal-sync".into())
-            .spawn(move || shared.sync_loop(tail))
+            .spawn(move || shared.sync_loop())
             .map_err(|e| WalError::io(dir, e))?;
         *log.syncer.lock() = Some(syncer);
         Ok(log)
@@ -615,6 +651,17 @@ impl Log {
     /// copy of the parts is made before the one into the pending buffer).
     pub fn append_parts(&self, parts: &[&[u8]]) -> Result<Lsn, WalError> {
         self.shared.append_parts(parts)
+    }
+
+    /// Async mode: writes the records appended so far to the kernel from the calling thread
+    /// (one write, no fdatasync) and wakes whoever waits for them, if no other write is under
+    /// way; otherwise the syncer does it. A thread that serves many writers (an event loop)
+    /// calls it before it goes to sleep: the batch of everything its writers appended meanwhile
+    /// then costs one write and no thread hop to the syncer and back. Never waits for the disk
+    /// to flush (no fdatasync, no new segment: those stay with the syncer); a no-op in sync
+    /// mode. See [`writes_before_sleeping`].
+    pub fn write_ready(&self) {
+        self.shared.write_ready();
     }
 
     /// Waits for room (blocking), appends, then waits until the record is safe in the mode in

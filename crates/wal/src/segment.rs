@@ -234,6 +234,16 @@ pub(crate) fn create_segment(
     Ok(path)
 }
 
+impl Tail {
+    /// Whether a batch of `records` bytes (and its end marker) does not fit this segment, so
+    /// that it starts the next one. A batch larger than a whole segment goes into the
+    /// current one if nothing is written there yet.
+    pub fn needs_next_segment(&self, records: usize, opts: &LogOptions) -> bool {
+        let marked_len = (records + format::END_MARKER.len()) as u64;
+        self.offset > format::HEADER_LEN as u64 && self.offset + marked_len > opts.segment_bytes
+    }
+}
+
 impl Shared {
     /// Asks the spare thread for the next segment once the tail is half full: early enough
     /// that the switch does not wait for it, late enough that a log which never fills its

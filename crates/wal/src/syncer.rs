@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use crate::appender::Chunk;
 use crate::segment::Tail;
-use crate::{format, Durability, Lsn, Marks, Shared, WalError};
+use crate::{format, Durability, Lsn, Marks, Shared, State, WalError};
 
 /// Runs when the syncer stops, however it stops: a panic poisons the log, and everyone still
 /// waiting is woken to see that nothing more will advance.
@@ -46,7 +46,15 @@ impl Drop for SyncerExit {
     }
 }
 
-/// What the syncer does next.
+/// What the one writer owns (under `Shared::writer`): the tail segment. The syncer holds it
+/// for each write or fdatasync, a helper ([`Shared::write_ready`]) for its write.
+pub(crate) struct Writer {
+    pub tail: Tail,
+    /// The batch vector of the last write, kept for its allocation.
+    pub spare: Vec<Chunk>,
+}
+
+/// What the writer does next.
 enum Work {
     /// Write these chunks (LSNs `first..=last`, `bytes` of records); durably if `durable`.
     Write {
@@ -72,137 +80,230 @@ fn us_since(t: Instant) -> u64 {
     (t.elapsed().as_micros() as u64).max(1)
 }
 
+/// Who is writing: the syncer thread, or a thread that helps in async mode
+/// ([`Shared::write_ready`]), which only writes (no fdatasync, no new segment: those can wait
+/// on the disk, and a helper must not).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Syncer,
+    Helper,
+}
+
 impl Shared {
     /// The syncer: writes (and syncs) batches until closed or poisoned.
-    pub(crate) fn sync_loop(self: Arc<Self>, mut tail: Tail) {
+    pub(crate) fn sync_loop(self: Arc<Self>) {
         let _guard = SyncerExit(Arc::clone(&self));
         if self.opts.syncer_batch_sched {
             batch_sched_for_this_thread();
         }
-        let mut spare: Vec<Chunk> = Vec::new();
-        // When the oldest written-but-unsynced record was written (async mode's clock).
-        let mut unsynced_since: Option<Instant> = None;
-        let mut unsynced_bytes = 0usize;
         loop {
-            let work = {
+            // Wait for work under the state lock alone: a helper may write meanwhile.
+            {
                 let mut st = self.state.lock();
                 loop {
                     if st.poisoned.is_some() {
                         return;
                     }
-                    let written = self.written.get();
-                    let durable = self.durable.get();
                     let sync_mode = self.durability() == Durability::Sync;
-                    let due = unsynced_since
-                        .is_some_and(|t| t.elapsed() >= self.opts.flush_interval)
-                        || unsynced_bytes >= self.opts.flush_bytes;
-                    if written > durable
-                        && (sync_mode || due || st.waiting_for > durable || st.closing)
+                    if self.sync_due(&st, sync_mode)
+                        || st.ready_chunks(self.opts.max_pending_bytes) > 0
                     {
-                        break Work::Sync;
+                        break;
                     }
-                    let ready = st.ready_chunks(self.opts.max_pending_bytes);
-                    if ready > 0 {
-                        let rest = if ready == st.pending.len() {
-                            std::mem::take(&mut spare)
-                        } else {
-                            st.pending.split_off(ready)
-                        };
-                        let batch = std::mem::replace(&mut st.pending, rest);
-                        let bytes: usize = batch.iter().map(|c| c.bytes().len()).sum();
-                        st.pending_bytes -= bytes;
-                        self.pending_bytes
-                            .store(st.pending_bytes, Ordering::Release);
-                        st.writing_bytes = bytes;
-                        let first = batch[0].first();
-                        let last = batch[batch.len() - 1].last();
-                        let _ = st.hist.batch_records.record(last - first + 1);
-                        let _ = st.hist.batch_bytes.record((bytes as u64).max(1));
-                        break Work::Write {
-                            batch,
-                            first,
-                            last,
-                            bytes,
-                            durable: sync_mode,
-                        };
-                    }
-                    if st.pending.is_empty() && st.closing {
+                    // (Not while a helper's write is under way: its records need the last
+                    // fdatasync too, and it wakes the syncer when done.)
+                    if st.pending.is_empty() && st.closing && self.written.get() >= self.taken.get()
+                    {
                         return;
                     }
-                    match unsynced_since {
+                    match st.unsynced_since {
                         Some(t) => {
                             let left = self.opts.flush_interval.saturating_sub(t.elapsed());
                             self.work_cv.wait_for(&mut st, left);
                         }
+                        // Async: records appended by a thread that writes before it sleeps
+                        // come without a wake; this is the backstop if it does not.
+                        None if !sync_mode => {
+                            self.work_cv.wait_for(&mut st, self.opts.flush_interval);
+                        }
                         None => self.work_cv.wait(&mut st),
                     }
                 }
-            };
-            let result = match work {
-                Work::Sync => {
-                    let to = self.written.get();
-                    self.sync_written(&tail, to).map(|()| {
-                        unsynced_since = None;
-                        unsynced_bytes = 0;
-                    })
+            }
+            let mut writer = self.writer.lock();
+            let w = writer.as_mut().expect("the tail is set at open");
+            if self.step(w, Role::Syncer).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Writes what is ready now, from the calling thread, in async mode: one write to the
+    /// kernel (no fdatasync), then the written mark and its waiters. A no-op in sync mode,
+    /// with nothing pending, or when the batch needs a new segment; when another writer
+    /// (the syncer, or another helper) is busy, the syncer is asked to do it instead.
+    pub(crate) fn write_ready(&self) {
+        if self.pending_bytes.load(Ordering::Acquire) == 0
+            || self.durability() != Durability::Async
+            || self.syncer_stopped.load(Ordering::Acquire)
+        {
+            return;
+        }
+        let Some(mut writer) = self.writer.try_lock() else {
+            self.work_cv.notify_one();
+            return;
+        };
+        let w = writer.as_mut().expect("the tail is set at open");
+        if let Err(()) = self.step(w, Role::Helper) {
+            // The syncer sees the poisoning, exits and wakes every waiter.
+            self.work_cv.notify_one();
+        }
+    }
+
+    /// Whether the written records must be fdatasync'd now: in sync mode (after a switch
+    /// from async), or async and due, or a fence waits, or the log closes.
+    fn sync_due(&self, st: &State, sync_mode: bool) -> bool {
+        let durable = self.durable.get();
+        if self.written.get() <= durable {
+            return false;
+        }
+        let due = st
+            .unsynced_since
+            .is_some_and(|t| t.elapsed() >= self.opts.flush_interval)
+            || st.unsynced_bytes >= self.opts.flush_bytes;
+        sync_mode || due || st.waiting_for > durable || st.closing
+    }
+
+    /// One round of the writer (`w` is held): an fdatasync if due (the syncer only), else
+    /// the ready records as one batch. Tells the listeners; on failure poisons the log.
+    fn step(&self, w: &mut Writer, role: Role) -> Result<(), ()> {
+        let work = {
+            let mut st = self.state.lock();
+            if st.poisoned.is_some() {
+                return Err(());
+            }
+            let sync_mode = self.durability() == Durability::Sync;
+            if role == Role::Helper && sync_mode {
+                return Ok(());
+            }
+            if role == Role::Syncer && self.sync_due(&st, sync_mode) {
+                Work::Sync
+            } else {
+                let ready = st.ready_chunks(self.opts.max_pending_bytes);
+                if ready == 0 {
+                    return Ok(());
                 }
+                let bytes: usize = st.pending[..ready].iter().map(|c| c.bytes().len()).sum();
+                if role == Role::Helper && w.tail.needs_next_segment(bytes, &self.opts) {
+                    drop(st);
+                    self.work_cv.notify_one();
+                    return Ok(());
+                }
+                let rest = if ready == st.pending.len() {
+                    std::mem::take(&mut w.spare)
+                } else {
+                    st.pending.split_off(ready)
+                };
+                let batch = std::mem::replace(&mut st.pending, rest);
+                st.unwoken &= !st.pending.is_empty();
+                st.pending_bytes -= bytes;
+                self.pending_bytes
+                    .store(st.pending_bytes, Ordering::Release);
+                st.writing_bytes = bytes;
+                let first = batch[0].first();
+                let last = batch[batch.len() - 1].last();
+                let _ = st.hist.batch_records.record(last - first + 1);
+                let _ = st.hist.batch_bytes.record((bytes as u64).max(1));
                 Work::Write {
-                    mut batch,
+                    batch,
                     first,
                     last,
                     bytes,
-                    durable,
-                } => {
-                    self.taken.advance(last);
-                    let result = self.write_batch(&mut tail, &mut batch, first, bytes, durable);
-                    let mut emptied = Vec::new();
-                    for chunk in batch.drain(..) {
-                        if let Chunk::Framed { bytes, .. } = chunk {
-                            emptied.push(bytes);
-                        }
+                    durable: sync_mode,
+                }
+            }
+        };
+        let result = match work {
+            Work::Sync => {
+                let to = self.written.get();
+                self.sync_written(&w.tail, to).map(|()| {
+                    let mut st = self.state.lock();
+                    st.unsynced_since = None;
+                    st.unsynced_bytes = 0;
+                })
+            }
+            Work::Write {
+                mut batch,
+                first,
+                last,
+                bytes,
+                durable,
+            } => {
+                self.taken.advance(last);
+                let result = self.write_batch(&mut w.tail, &mut batch, first, bytes, durable);
+                let mut emptied = Vec::new();
+                for chunk in batch.drain(..) {
+                    if let Chunk::Framed { bytes, .. } = chunk {
+                        emptied.push(bytes);
                     }
-                    spare = batch;
-                    result.map(|timed| {
-                        {
-                            let mut st = self.state.lock();
-                            st.bytes_written += bytes as u64;
-                            st.writing_bytes = 0;
-                            st.next_offset = tail.offset + st.pending_bytes as u64;
-                            // Two buffers are enough: one being filled while one is written.
-                            let room = 2usize.saturating_sub(st.free_buffers.len());
-                            st.free_buffers.extend(emptied.into_iter().take(room));
-                            match timed {
-                                Timed::Write { write_us, sync_us } => {
-                                    let _ = st.hist.write_us.record(write_us);
-                                    if let Some(us) = sync_us {
-                                        let _ = st.hist.fdatasync_us.record(us);
-                                    }
-                                }
-                                Timed::Dsync { us } => {
-                                    let _ = st.hist.dsync_write_us.record(us);
+                }
+                w.spare = batch;
+                result.map(|timed| {
+                    // Before the state below: the syncer, looking at the state, then sees the
+                    // write it needs to fdatasync, or is asleep when it is told.
+                    self.written.advance(last);
+                    let tell_syncer = {
+                        let mut st = self.state.lock();
+                        st.bytes_written += bytes as u64;
+                        st.writing_bytes = 0;
+                        st.next_offset = w.tail.offset + st.pending_bytes as u64;
+                        // Two buffers are enough: one being filled while one is written.
+                        let room = 2usize.saturating_sub(st.free_buffers.len());
+                        st.free_buffers.extend(emptied.into_iter().take(room));
+                        match timed {
+                            Timed::Write { write_us, sync_us } => {
+                                let _ = st.hist.write_us.record(write_us);
+                                if let Some(us) = sync_us {
+                                    let _ = st.hist.fdatasync_us.record(us);
                                 }
                             }
+                            Timed::Dsync { us } => {
+                                let _ = st.hist.dsync_write_us.record(us);
+                            }
                         }
-                        self.written.advance(last);
                         if durable {
-                            self.durable.advance(last);
+                            false
                         } else {
-                            unsynced_since.get_or_insert_with(Instant::now);
-                            unsynced_bytes += bytes;
+                            st.unsynced_bytes += bytes;
+                            // The syncer may be asleep: its clock for the fdatasync starts
+                            // now, or a fence or `close` waits for this write.
+                            let tell = st.unsynced_since.is_none()
+                                || st.waiting_for > self.durable.get()
+                                || st.closing;
+                            st.unsynced_since.get_or_insert_with(Instant::now);
+                            tell
                         }
-                    })
-                }
-            };
-            match result {
-                Ok(()) => self.tell_listeners(Ok(Marks {
+                    };
+                    if durable {
+                        self.durable.advance(last);
+                    } else if tell_syncer && role == Role::Helper {
+                        self.work_cv.notify_one();
+                    }
+                })
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.tell_listeners(Ok(Marks {
                     written: self.written.get(),
                     durable: self.durable.get(),
-                })),
-                Err(e) => {
-                    self.state.lock().poisoned = Some(e.clone());
-                    self.tell_listeners(Err(&e));
-                    return;
-                }
+                }));
+                Ok(())
+            }
+            Err(e) => {
+                self.state.lock().poisoned = Some(e.clone());
+                self.tell_listeners(Err(&e));
+                Err(())
             }
         }
     }
@@ -242,9 +343,7 @@ impl Shared {
         records: usize,
         durable: bool,
     ) -> Result<Timed, WalError> {
-        let header = format::HEADER_LEN as u64;
-        let marked_len = (records + format::END_MARKER.len()) as u64;
-        if tail.offset > header && tail.offset + marked_len > self.opts.segment_bytes {
+        if tail.needs_next_segment(records, &self.opts) {
             // Records written to the old segment and not yet synced (async mode) must be
             // made durable by its own fdatasync: the next segment's does not cover them.
             let written = self.written.get();

@@ -105,6 +105,81 @@ fn async_power_loss_keeps_what_was_fenced() {
         .all(|(i, (lsn, p))| *lsn == i as u64 + 1 && *p == payload(*lsn)));
 }
 
+#[test]
+fn a_thread_that_writes_before_sleeping_hands_its_async_batch_to_the_kernel_itself() {
+    let fs = FaultyFs::new();
+    let log = Log::open(
+        Arc::new(fs.clone()),
+        &dir(),
+        LogOptions {
+            flush_interval: Duration::from_secs(3600),
+            ..opts(Durability::Async)
+        },
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cairn_wal::writes_before_sleeping();
+            for i in 1..=50 {
+                assert_eq!(log.append(&payload(i)).unwrap(), i);
+            }
+            // Its appends did not wake the syncer: nothing is written until it says so.
+            assert_eq!(log.written_lsn(), 0);
+            log.write_ready();
+            assert_eq!(log.written_lsn(), 50, "written by this thread, at once");
+            assert_eq!(log.durable_lsn(), 0, "no fdatasync from a helper");
+            // Records it leaves unwritten are for the next call (or the syncer's backstop).
+            assert_eq!(log.append(b"left").unwrap(), 51);
+        });
+    });
+    // Another thread's append wakes the syncer, which writes what the helper left too.
+    assert_eq!(log.commit(b"other").unwrap(), 52);
+    assert_eq!(log.durable_lsn(), 0);
+    // A kill -9 keeps what was written (the page cache survives).
+    kill(&fs, log);
+    let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
+    let got = all(&log);
+    assert_eq!(got.len(), 52);
+    assert!(got[..50].iter().all(|(lsn, p)| *p == payload(*lsn)));
+    assert_eq!(got[50].1, b"left");
+    // In sync mode a helper does nothing: its append woke the syncer, which makes it durable.
+    log.set_durability(Durability::Sync);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cairn_wal::writes_before_sleeping();
+            let lsn = log.append(b"sync").unwrap();
+            log.write_ready();
+            log.wait_durable(lsn).unwrap();
+        });
+    });
+}
+
+#[test]
+fn the_syncer_writes_what_a_helper_never_wrote_within_the_flush_interval() {
+    let fs = FaultyFs::new();
+    let log = Log::open(
+        Arc::new(fs.clone()),
+        &dir(),
+        LogOptions {
+            flush_interval: Duration::from_millis(20),
+            ..opts(Durability::Async)
+        },
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cairn_wal::writes_before_sleeping();
+            let lsn = log.append(b"never helped").unwrap();
+            // No write_ready, and nothing asks for an fdatasync: the syncer's backstop takes it.
+            log.wait_written(lsn).unwrap();
+        });
+    });
+    log.close().unwrap();
+    fs.power_loss();
+    let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
+    assert_eq!(all(&log).len(), 1);
+}
+
 /// Appends `per_thread` records from each of `threads` threads (`body(t, i)`); thread `t`
 /// waits for each record to be durable when `waits(t)`, else only appends. Returns every
 /// (LSN, body), sorted, once it checked that the LSNs are unique and gap-free.
