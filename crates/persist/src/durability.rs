@@ -45,7 +45,8 @@
 //!
 //! Watermarks for watchers: [`Persistence::safe_lsn`] is the highest LSN that is safe in the
 //! mode in force (durable in sync mode, written in async mode), and
-//! [`Persistence::on_advance`] calls back on the log's syncer thread after every advance. A
+//! [`Persistence::on_advance`] calls back after every advance, on the thread that made it (the
+//! log's syncer, or a connection thread in [`Persistence::write_ready`], async mode). A
 //! revision a watcher was shown up to that mark is never handed out again after a crash of
 //! the kind the mode protects against.
 
@@ -222,9 +223,8 @@ impl Persistence {
         }
     }
 
-    /// Registers a callback run on the log's syncer thread after every advance of the written
-    /// or durable mark (or once, with the error, when the log fails). Keep it short and never
-    /// block in it; read [`Self::safe_lsn`] or pick the mark by [`Self::mode`].
+    /// Registers a callback run after every advance of the written or durable mark (or once,
+    /// with the error, when the log fails). Keep it short and never block in it; read [`Self::safe_lsn`] or pick the mark by [`Self::mode`].
     pub fn on_advance(&self, f: Listener) {
         self.log.on_advance(f);
     }

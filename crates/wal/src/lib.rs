@@ -12,6 +12,10 @@
 //!        Async: write them (pwritev, page cache) ─> written = last LSN; fdatasync at least
 //!               every flush_interval, or at once for a fence ─> durable
 //!        ─> wake the waiters each mark covers, call the listeners                [syncer]
+//!   async, a thread that writes before it sleeps (`writes_before_sleeping`): its appends
+//!        do not wake the syncer; before it sleeps it calls `Log::write_ready`: if the writer
+//!        lock is free, it writes what is ready (one pwritev, no fdatasync, never a new
+//!        segment) ─> written ─> wakes its waiters itself; if not, it wakes the syncer
 //!   (writers that arrive while one batch is written share the next one: group commit, no
 //!    sleep)
 //!
@@ -360,8 +364,9 @@ pub struct Marks {
     pub durable: Lsn,
 }
 
-/// Called by the syncer after every advance of the written or durable mark, or with the error
-/// that poisoned the log. It runs on the syncer thread: keep it short and never block in it.
+/// Called after every advance of the written or durable mark, or with the error that poisoned
+/// the log. It runs on the thread that advanced it: the syncer, or in async mode a thread in
+/// [`Log::write_ready`]. Keep it short and never block in it.
 pub type Listener = Box<dyn Fn(Result<Marks, &WalError>) + Send + Sync>;
 
 /// Everything appenders, the syncer and the spare thread share.
