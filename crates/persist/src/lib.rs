@@ -858,6 +858,7 @@ impl Persistence {
                 "log_dsync_write_latency_us_p99",
                 l.dsync_write.p99_us.to_string(),
             ),
+            ("log_staged_writes", l.staged_writes.to_string()),
             ("snapshot_lsn", s.snapshot_lsn.to_string()),
             ("snapshot_bytes", s.snapshot_bytes.to_string()),
             ("checkpoints_done", s.checkpoints_done.to_string()),

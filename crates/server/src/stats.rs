@@ -454,6 +454,13 @@ pub const PERSISTENCE: &[PersistStat] = &[
         "99th percentile latency of a pwritev2(RWF_DSYNC) of a log batch.",
     ),
     (
+        "log_staged_writes",
+        "log_staged_writes",
+        Kind::Counter,
+        1.0,
+        "Of the pwritev2(RWF_DSYNC) log writes, those whose records were copied into a staging buffer first (a batch of several chunks, or the first in a new segment).",
+    ),
+    (
         "snapshot_lsn",
         "snapshot_lsn",
         Kind::Gauge,
