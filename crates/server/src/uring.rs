@@ -64,6 +64,23 @@ pub fn available() -> io::Result<()> {
     })
 }
 
+/// A connection thread's ring, made on that thread. Single issuer with deferred task work:
+/// the kernel completes this ring's receives and sends only when the thread enters the ring
+/// to wait or submit, instead of interrupting it (an IPI and a task-work run) whenever a
+/// socket becomes ready; the task-run flag tells `submit` when completions are waiting to be
+/// run. A kernel older than 6.1 refuses these flags: a plain ring then.
+fn new_ring() -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag()
+        .build(RING_ENTRIES)
+        .or_else(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => IoUring::new(RING_ENTRIES),
+            _ => Err(e),
+        })
+}
+
 /// The connection threads of the io_uring engine.
 pub struct Pool {
     threads: Vec<Arc<Shared>>,
@@ -76,7 +93,6 @@ impl Pool {
     pub fn start(n: usize, runtime: tokio::runtime::Handle) -> io::Result<Pool> {
         let mut threads = Vec::new();
         for i in 0..n.max(1) {
-            let ring = IoUring::new(RING_ENTRIES)?;
             // SAFETY: eventfd returns a new descriptor or -1.
             let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
             if fd < 0 {
@@ -90,14 +106,38 @@ impl Pool {
             });
             let s = Arc::clone(&shared);
             let runtime = runtime.clone();
+            // The ring is made on its thread: a single-issuer ring belongs to the thread that
+            // creates it.
+            let (made, ring_made) = std::sync::mpsc::sync_channel(1);
             std::thread::Builder::new()
                 .name(format!("cairn-uring-{i}"))
                 .spawn(move || {
+                    let ring = match new_ring() {
+                        Ok(ring) => {
+                            let _ = made.send(Ok(()));
+                            ring
+                        }
+                        Err(e) => {
+                            let _ = made.send(Err(e));
+                            return;
+                        }
+                    };
                     let _entered = runtime.enter();
                     if let Err(e) = run(s, ring) {
                         tracing::error!("io_uring connection thread stopped: {e}");
                     }
                 })?;
+            let started = ring_made
+                .recv()
+                .unwrap_or_else(|_| Err(io::Error::other("io_uring thread ended at start")));
+            if let Err(e) = started {
+                Pool {
+                    threads,
+                    next: AtomicUsize::new(0),
+                }
+                .stop();
+                return Err(e);
+            }
             threads.push(shared);
         }
         Ok(Pool {
