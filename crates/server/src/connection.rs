@@ -18,10 +18,12 @@
 //! `MN` is sent only once every earlier write of the connection is durable. Waiting parks this
 //! task only: no lock is held and no thread is blocked.
 //!
-//! Backpressure of replies: the connection reads again only after its output is written, and
-//! flushes in the middle of a batch (between keys of a multi-get too) once the output passes
-//! `output_buffer_max`. A client that does not read its replies therefore stops being read
-//! from, and the server holds at most one batch of input plus `output_buffer_max` for it.
+//! Backpressure of replies: the connection reads again only after its output is written (on
+//! the io_uring engine: once its previous output is written, one send being in flight while
+//! the next batch is read), and flushes in the middle of a batch (between keys of a multi-get
+//! too) once the output passes `output_buffer_max`. A client that does not read its replies
+//! therefore stops being read from, and the server holds at most one batch of input plus
+//! `output_buffer_max` for it (twice that on io_uring).
 
 use std::sync::Arc;
 
@@ -82,18 +84,30 @@ pub async fn serve<S: Transport>(ctx: Arc<Ctx>, stream: S, mut shutdown: watch::
         unacked: Ticket::NONE,
         unfenced: Ticket::NONE,
     };
+    answer_until_closed(&ctx, &mut c, registered.as_ref(), &mut shutdown).await;
+    // A send still in flight (io_uring engine) leaves whole before the socket is closed.
+    let _ = c.stream.finish().await;
+}
+
+/// The connection's life: batches read and answered until it ends.
+async fn answer_until_closed<S: Transport>(
+    ctx: &Arc<Ctx>,
+    c: &mut Conn<S>,
+    registered: Option<&crate::conns::Handle<'_>>,
+    shutdown: &mut watch::Receiver<bool>,
+) {
     // Input bytes read since this task last let others run on its worker thread.
     let mut read_since_yield = 0usize;
     loop {
-        let flow = match answer_batch(&ctx, &mut c).await {
+        let flow = match answer_batch(ctx, c).await {
             Ok(flow) => flow,
             Err(Stop::Closed) => return,
         };
         // Waiting for the client from the moment the last reply can reach it.
-        if let Some(r) = &registered {
+        if let Some(r) = registered {
             r.waiting();
         }
-        if !c.output.is_empty() && flush(&ctx, &mut c).await.is_err() {
+        if !c.output.is_empty() && flush(ctx, c).await.is_err() {
             return;
         }
         if flow != Flow::Continue || *shutdown.borrow() {
@@ -111,7 +125,7 @@ pub async fn serve<S: Transport>(ctx: Arc<Ctx>, stream: S, mut shutdown: watch::
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     add(&ctx.counters.bytes_read, n as u64);
-                    if let Some(r) = &registered {
+                    if let Some(r) = registered {
                         r.command(ctx.now());
                     }
                     read_since_yield += n;

@@ -25,8 +25,15 @@ pub trait Transport {
     /// reserved by the caller); `Ok(0)` when the client has closed.
     async fn read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize>;
 
-    /// Writes all of `buf` (and flushes it, under TLS) and leaves it empty.
+    /// Hands all of `buf` to the socket in order after what was sent before (flushed, under
+    /// TLS) and leaves it empty. The io_uring engine returns once the send is submitted; the
+    /// next `send` or `finish` waits for it.
     async fn send(&mut self, buf: &mut Vec<u8>) -> io::Result<()>;
+
+    /// Before the connection closes: waits until everything sent has left (io_uring).
+    async fn finish(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Transport for Stream {

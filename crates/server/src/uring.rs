@@ -377,8 +377,18 @@ impl Drop for Op {
 }
 
 /// A client's TCP socket on a connection thread of the io_uring engine.
+///
+/// A send is submitted and not waited for: the connection goes on to its next receive, so
+/// that both enter the ring in the same turn and a request costs one turn, not two (one to
+/// send, one more to see the send done and submit the receive). The next send, or the end of
+/// the connection ([`Transport::finish`]), waits for the one in flight first, so replies
+/// leave in order and whole.
 pub struct Socket {
     tcp: std::net::TcpStream,
+    /// The last send and its length, until it is seen done.
+    in_flight: Option<(Op, usize)>,
+    /// The connection's next output buffer while the last one is being sent.
+    spare: Vec<u8>,
 }
 
 impl Socket {
@@ -387,11 +397,47 @@ impl Socket {
     pub fn new(tcp: std::net::TcpStream) -> io::Result<Socket> {
         tcp.set_nonblocking(false)?;
         tcp.set_nodelay(true)?;
-        Ok(Socket { tcp })
+        Ok(Socket {
+            tcp,
+            in_flight: None,
+            spare: Vec::new(),
+        })
     }
 
     fn fd(&self) -> types::Fd {
         types::Fd(self.tcp.as_raw_fd())
+    }
+
+    /// Submits a send of `buf[sent..]`. MSG_WAITALL: the kernel itself sends the rest of a
+    /// short write before it completes the op.
+    fn submit_send(&self, buf: Vec<u8>, sent: usize) -> io::Result<Op> {
+        let rest = &buf[sent..];
+        let entry = opcode::Send::new(self.fd(), rest.as_ptr(), rest.len() as u32)
+            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+            .build();
+        Op::submit(buf, entry)
+    }
+
+    /// Waits for the send in flight, if any, to be done whole; its buffer becomes the spare.
+    async fn settle(&mut self) -> io::Result<()> {
+        let Some((mut op, len)) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let mut sent = 0;
+        loop {
+            let (res, buf) = op.await;
+            match result(res) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) => return Err(e),
+            }
+            if sent >= len {
+                self.spare = buf;
+                self.spare.clear();
+                return Ok(());
+            }
+            op = self.submit_send(buf, sent)?;
+        }
     }
 }
 
@@ -428,24 +474,18 @@ impl Transport for Socket {
     }
 
     async fn send(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
-        let mut owned = std::mem::take(buf);
-        let mut sent = 0;
-        while sent < owned.len() {
-            let rest = &owned[sent..];
-            let entry = opcode::Send::new(self.fd(), rest.as_ptr(), rest.len() as u32)
-                .flags(libc::MSG_NOSIGNAL)
-                .build();
-            let (res, back) = Op::submit(owned, entry)?.await;
-            owned = back;
-            match result(res) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => sent += n,
-                Err(e) => return Err(e),
-            }
+        self.settle().await?;
+        if buf.is_empty() {
+            return Ok(());
         }
-        owned.clear();
-        *buf = owned;
+        let owned = std::mem::replace(buf, std::mem::take(&mut self.spare));
+        let len = owned.len();
+        self.in_flight = Some((self.submit_send(owned, 0)?, len));
         Ok(())
+    }
+
+    async fn finish(&mut self) -> io::Result<()> {
+        self.settle().await
     }
 }
 
