@@ -3,18 +3,20 @@
 //! ```text
 //!   client requests ──> create / cancel / progress ──┐
 //!                                                    v
-//!   one task per stream: watches { id -> cursor, range, filters, phase }
+//!   one stream: watches { id -> cursor, range, filters, phase }, polled as the response
+//!   body of its HTTP/2 stream (no task or queue of its own)
 //!       │ initial_state: a blocking scan at revision R (items with mod_revision <= R), in
 //!       │   chunks through a queue of 2; then initial_state_done{R}; cursor = R + 1
 //!       │ live: read the hub's ring from the cursor (or the command log when the cursor is
-//!       │   older than the ring), filter, batch, send; cursor moves past what was read
+//!       │   older than the ring), filter, batch, hand over; cursor moves past what was read
 //!       v
-//!   bounded queue (STREAM_QUEUE responses) ──> tonic ──> HTTP/2 flow control ──> client
+//!   tonic (encode) ──> HTTP/2 flow control ──> client
 //! ```
 //!
-//! Backpressure without unbounded buffering: a stream takes the next response only when its
-//! queue has room, so a client that stops reading stalls only its own task, which keeps just
-//! a cursor. The hub never holds anything per stream. When the client reads again, the stream
+//! Backpressure without unbounded buffering: a stream makes its next response only when the
+//! transport asks for it, which hyper does only while HTTP/2 flow control has room; so a
+//! client that stops reading stops only its own stream, which keeps just a cursor per watch.
+//! The hub never holds anything per stream. When the client reads again, the stream
 //! catches up from the ring, then from the command log; if even the log no longer holds the
 //! cursor, the watch is canceled with `compact_revision` (nothing is dropped silently).
 //!
@@ -25,7 +27,7 @@
 //! initial state. So initial state + events after R, applied in order, give the server's
 //! contents, with no write lost or doubled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,7 +35,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_store::{DeleteReason, Revision};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -41,8 +42,6 @@ use crate::hub::{self, Event, EventKind, ReadError};
 use crate::pb::{self, watch_create_request::FilterType, watch_request::RequestUnion};
 use crate::{now_unix, Backend};
 
-/// Responses a stream buffers before it stops producing (its bounded queue).
-const STREAM_QUEUE: usize = 16;
 /// Most watches one stream holds. Each costs a cursor and a share of its stream's one task;
 /// a create past the limit is canceled with the reason, and the stream and its other watches
 /// go on.
@@ -79,21 +78,29 @@ impl pb::watch_server::Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let (initial_tx, initial_rx) = mpsc::channel(INITIAL_QUEUE);
-        let s = StreamTask {
+        let mut tick = tokio::time::interval(self.b.config.progress_notify_interval);
+        // The first tick of an interval is at once; progress is due one interval from now.
+        tick.reset();
+        self.b.stats.watch_streams.fetch_add(1, Ordering::Relaxed);
+        let s = StreamState {
             published: self.b.hub.subscribe(),
             b: Arc::clone(&self.b),
             requests: req.into_inner(),
-            tx,
+            out: VecDeque::new(),
+            ended: false,
+            tick,
             initial_tx,
             initial_rx,
             watches: BTreeMap::new(),
             next_id: 1,
             turn: 0,
         };
-        tokio::spawn(s.run());
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let stream = futures_util::stream::unfold(s, |mut s| async move {
+            let r = s.next().await?;
+            Some((r, s))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
@@ -171,10 +178,16 @@ impl Watcher {
 /// A chunk of a watch's initial state (None: the scan is done).
 type InitialChunk = (i64, Option<Vec<pb::KeyValue>>);
 
-struct StreamTask {
+struct StreamState {
     b: Arc<Backend>,
     requests: Streaming<pb::WatchRequest>,
-    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    /// Responses made by the last step and not yet handed to the transport (one step makes
+    /// at most one response per watch).
+    out: VecDeque<Result<pb::WatchResponse, Status>>,
+    /// The client is gone or the stream failed: `out` is the rest.
+    ended: bool,
+    /// Progress notifications of idle watches.
+    tick: tokio::time::Interval,
     published: tokio::sync::watch::Receiver<Revision>,
     initial_tx: mpsc::Sender<InitialChunk>,
     initial_rx: mpsc::Receiver<InitialChunk>,
@@ -183,6 +196,22 @@ struct StreamTask {
     next_id: i64,
     /// Round-robin position: the watch id served last.
     turn: i64,
+}
+
+impl Drop for StreamState {
+    /// The stream ended (the client left, or the transport dropped it): stop its scans.
+    fn drop(&mut self) {
+        for w in self.watches.values() {
+            if let Some((_, stop)) = &w.initial {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        let stats = &self.b.stats;
+        stats
+            .watches
+            .fetch_sub(self.watches.len() as u64, Ordering::Relaxed);
+        stats.watch_streams.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn response(watch_id: i64, revision: Revision) -> pb::WatchResponse {
@@ -242,45 +271,38 @@ fn event_pb(e: &Event, prev_kv: bool) -> pb::Event {
     }
 }
 
-impl StreamTask {
-    async fn run(mut self) {
-        let stats = Arc::clone(&self.b.stats);
-        stats.watch_streams.fetch_add(1, Ordering::Relaxed);
-        let mut tick = tokio::time::interval(self.b.config.progress_notify_interval);
-        tick.tick().await;
+impl StreamState {
+    /// The next response of the stream, or None once it ended. The stream does its work only
+    /// when the transport asks for the next response, i.e. when HTTP/2 flow control has room:
+    /// a client that stops reading stops its stream here, holding one cursor per watch.
+    async fn next(&mut self) -> Option<Result<pb::WatchResponse, Status>> {
         loop {
+            if let Some(r) = self.out.pop_front() {
+                return Some(r);
+            }
+            if self.ended {
+                return None;
+            }
             let published = *self.published.borrow_and_update();
             let work = self.has_event_work(published);
             let initial_active = self.watches.values().any(|w| w.initial.is_some());
             let go_on = tokio::select! {
-                req = self.requests.message() => self.handle(req).await,
+                req = self.requests.message() => self.handle(req),
                 chunk = self.initial_rx.recv(), if initial_active => match chunk {
-                    Some(c) => self.send_initial(c).await,
+                    Some(c) => self.send_initial(c),
                     None => true,
                 },
-                permit = self.tx.clone().reserve_owned(), if work => match permit {
-                    Ok(p) => {
-                        self.step(p, published);
-                        true
-                    }
-                    Err(_) => false,
-                },
+                _ = std::future::ready(()), if work => {
+                    self.step(published).await;
+                    true
+                }
                 changed = self.published.changed(), if !work => changed.is_ok(),
-                _ = tick.tick() => self.progress_tick(published).await,
+                _ = self.tick.tick() => self.progress_tick(published),
             };
             if !go_on {
-                break;
+                self.ended = true;
             }
         }
-        for w in self.watches.values() {
-            if let Some((_, stop)) = &w.initial {
-                stop.store(true, Ordering::Relaxed);
-            }
-        }
-        stats
-            .watches
-            .fetch_sub(self.watches.len() as u64, Ordering::Relaxed);
-        stats.watch_streams.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn has_event_work(&self, published: Revision) -> bool {
@@ -289,38 +311,36 @@ impl StreamTask {
             .any(|w| w.initial.is_none() && w.cursor <= published)
     }
 
-    /// Sends a response, counting it; false if the client is gone.
-    async fn send(&self, r: pb::WatchResponse) -> bool {
+    /// Queues a response, counting it.
+    fn send(&mut self, r: pb::WatchResponse) -> bool {
         self.b
             .stats
             .watch_responses_sent
             .fetch_add(1, Ordering::Relaxed);
-        self.tx.send(Ok(r)).await.is_ok()
+        self.out.push_back(Ok(r));
+        true
     }
 
     /// Handles one client message; false ends the stream.
-    async fn handle(&mut self, msg: Result<Option<pb::WatchRequest>, Status>) -> bool {
+    fn handle(&mut self, msg: Result<Option<pb::WatchRequest>, Status>) -> bool {
         let req = match msg {
             Ok(Some(r)) => r,
             // The client closed its side, or the transport failed: the stream ends.
             Ok(None) => return false,
             Err(status) => {
-                let _ = self.tx.send(Err(crate::request_error(status))).await;
+                self.out.push_back(Err(crate::request_error(status)));
                 return false;
             }
         };
         let published = self.b.hub.published();
         match req.request_union {
             None => {
-                let _ = self
-                    .tx
-                    .send(Err(Status::invalid_argument(
-                        "a WatchRequest must hold create_request, cancel_request or progress_request",
-                    )))
-                    .await;
+                self.out.push_back(Err(Status::invalid_argument(
+                    "a WatchRequest must hold create_request, cancel_request or progress_request",
+                )));
                 false
             }
-            Some(RequestUnion::CreateRequest(c)) => self.create(c, published).await,
+            Some(RequestUnion::CreateRequest(c)) => self.create(c, published),
             Some(RequestUnion::CancelRequest(c)) => {
                 let id = c.watch_id;
                 let r = match self.watches.remove(&id) {
@@ -333,7 +353,7 @@ impl StreamTask {
                     }
                     None => canceled(id, published, format!("unknown watch id {id}")),
                 };
-                self.send(r).await
+                self.send(r)
             }
             Some(RequestUnion::ProgressRequest(_)) => {
                 let revision = self.bookmark(published);
@@ -341,7 +361,6 @@ impl StreamTask {
                     progress_notify: true,
                     ..response(-1, revision)
                 })
-                .await
             }
         }
     }
@@ -356,13 +375,13 @@ impl StreamTask {
             .min(published)
     }
 
-    async fn create(&mut self, c: pb::WatchCreateRequest, published: Revision) -> bool {
+    fn create(&mut self, c: pb::WatchCreateRequest, published: Revision) -> bool {
         if self.watches.len() >= MAX_WATCHES_PER_STREAM {
             let why = format!(
                 "resource exhausted: this stream already holds {MAX_WATCHES_PER_STREAM} \
                  watches, the most one stream may; cancel one or open another stream"
             );
-            return self.send(canceled(c.watch_id, published, why)).await;
+            return self.send(canceled(c.watch_id, published, why));
         }
         let id = match c.watch_id {
             0 => {
@@ -372,28 +391,24 @@ impl StreamTask {
                 self.next_id
             }
             id if id < 0 => {
-                return self
-                    .send(canceled(
-                        id,
-                        published,
-                        "watch_id must be > 0 (or 0 for one chosen by the server)".into(),
-                    ))
-                    .await
+                return self.send(canceled(
+                    id,
+                    published,
+                    "watch_id must be > 0 (or 0 for one chosen by the server)".into(),
+                ))
             }
             id if self.watches.contains_key(&id) => {
-                return self
-                    .send(canceled(
-                        id,
-                        published,
-                        format!("watch id {id} is in use on this stream"),
-                    ))
-                    .await
+                return self.send(canceled(
+                    id,
+                    published,
+                    format!("watch id {id} is in use on this stream"),
+                ))
             }
             id => id,
         };
         let range = match KeyRange::of(&c) {
             Ok(r) => r,
-            Err(why) => return self.send(canceled(id, published, why)).await,
+            Err(why) => return self.send(canceled(id, published, why)),
         };
         let mut w = Watcher {
             range,
@@ -409,11 +424,7 @@ impl StreamTask {
             match FilterType::try_from(*f) {
                 Ok(FilterType::Noput) => w.no_put = true,
                 Ok(FilterType::Nodelete) => w.no_delete = true,
-                Err(_) => {
-                    return self
-                        .send(canceled(id, published, format!("unknown filter {f}")))
-                        .await
-                }
+                Err(_) => return self.send(canceled(id, published, format!("unknown filter {f}"))),
             }
         }
         let mut created = pb::WatchResponse {
@@ -434,16 +445,14 @@ impl StreamTask {
         } else if c.start_revision != 0 {
             let newest = hub::newest_assigned(&self.b.hub, self.b.persist.as_deref());
             if c.start_revision > newest + 1 {
-                return self
-                    .send(canceled(
-                        id,
-                        published,
-                        format!(
-                            "start_revision {} is in the future: the newest revision is {newest}",
-                            c.start_revision
-                        ),
-                    ))
-                    .await;
+                return self.send(canceled(
+                    id,
+                    published,
+                    format!(
+                        "start_revision {} is in the future: the newest revision is {newest}",
+                        c.start_revision
+                    ),
+                ));
             }
             w.cursor = c.start_revision;
             let first = self.b.hub.first_in_memory();
@@ -457,16 +466,16 @@ impl StreamTask {
                     "start_revision {} is older than the history kept (from {first})",
                     c.start_revision
                 );
-                return self.send(created).await;
+                return self.send(created);
             }
         }
         self.watches.insert(id, w);
         self.b.stats.watches.fetch_add(1, Ordering::Relaxed);
-        self.send(created).await
+        self.send(created)
     }
 
     /// Forwards one chunk of a watch's initial state (or its end).
-    async fn send_initial(&mut self, (id, chunk): InitialChunk) -> bool {
+    fn send_initial(&mut self, (id, chunk): InitialChunk) -> bool {
         let Some(w) = self.watches.get_mut(&id) else {
             return true; // canceled meanwhile
         };
@@ -494,16 +503,12 @@ impl StreamTask {
                 }
             }
         };
-        self.send(resp).await
+        self.send(resp)
     }
 
     /// Sends one response of events for the next watch with work (round robin), or only moves
     /// its cursor when nothing in what it read matched.
-    fn step(
-        &mut self,
-        permit: mpsc::OwnedPermit<Result<pb::WatchResponse, Status>>,
-        published: Revision,
-    ) {
+    async fn step(&mut self, published: Revision) {
         let next = self
             .watches
             .range(self.turn + 1..)
@@ -512,13 +517,17 @@ impl StreamTask {
             .map(|(&id, _)| id);
         let Some(id) = next else { return };
         self.turn = id;
-        let w = self.watches.get_mut(&id).expect("found above");
-        let read = match self.b.hub.read(w.cursor, published, MAX_EVENTS_PER_STEP) {
+        let (from, prev_kv) = {
+            let w = &self.watches[&id];
+            (w.cursor, w.prev_kv)
+        };
+        let read = match self.b.hub.read(from, published, MAX_EVENTS_PER_STEP) {
             Ok(r) => Ok(r),
             Err(ReadError::Compacted(first_in_memory)) => {
-                read_log(&self.b, w, first_in_memory, published)
+                read_log(&self.b, from, prev_kv, first_in_memory, published).await
             }
         };
+        let w = self.watches.get_mut(&id).expect("found above");
         let (read, mut cursor) = match read {
             Ok(r) => r,
             Err((compact_revision, why)) => {
@@ -530,11 +539,7 @@ impl StreamTask {
                 };
                 self.watches.remove(&id);
                 self.b.stats.watches.fetch_sub(1, Ordering::Relaxed);
-                self.b
-                    .stats
-                    .watch_responses_sent
-                    .fetch_add(1, Ordering::Relaxed);
-                permit.send(Ok(r));
+                self.send(r);
                 return;
             }
         };
@@ -560,15 +565,14 @@ impl StreamTask {
         stats
             .watch_events_sent
             .fetch_add(out.len() as u64, Ordering::Relaxed);
-        stats.watch_responses_sent.fetch_add(1, Ordering::Relaxed);
-        permit.send(Ok(pb::WatchResponse {
+        self.send(pb::WatchResponse {
             events: out,
             ..response(id, cursor - 1)
-        }));
+        });
     }
 
     /// The periodic progress notification of idle, caught-up watches that asked for it.
-    async fn progress_tick(&mut self, published: Revision) -> bool {
+    fn progress_tick(&mut self, published: Revision) -> bool {
         let mut due = Vec::new();
         for (&id, w) in self.watches.iter_mut() {
             let idle = !std::mem::replace(&mut w.sent_since_tick, false);
@@ -581,9 +585,7 @@ impl StreamTask {
                 progress_notify: true,
                 ..response(id, revision)
             };
-            if !self.send(r).await {
-                return false;
-            }
+            self.send(r);
         }
         true
     }
@@ -594,36 +596,35 @@ impl StreamTask {
 /// not hold the cursor either, there is no log, or the watch wants previous items, which only
 /// the ring keeps.
 #[allow(clippy::type_complexity)]
-fn read_log(
-    b: &Backend,
-    w: &Watcher,
+async fn read_log(
+    b: &Arc<Backend>,
+    cursor: Revision,
+    prev_kv: bool,
     first_in_memory: Revision,
     published: Revision,
 ) -> Result<(Vec<Arc<Event>>, Revision), (Revision, String)> {
     let gone = |first: Revision| {
-        format!(
-            "the history no longer holds revision {} (it starts at {first})",
-            w.cursor
-        )
+        format!("the history no longer holds revision {cursor} (it starts at {first})")
     };
-    let Some(p) = &b.persist else {
+    let Some(p) = b.persist.clone() else {
         return Err((first_in_memory, gone(first_in_memory)));
     };
-    if w.prev_kv {
+    if prev_kv {
         return Err((
             first_in_memory,
             format!(
-                "revision {} is older than the in-memory history (from {first_in_memory}), and                  only that keeps previous items (prev_kv)",
-                w.cursor
+                "revision {cursor} is older than the in-memory history (from \
+                 {first_in_memory}), and only that keeps previous items (prev_kv)"
             ),
         ));
     }
     let upto = published.min(first_in_memory - 1);
-    let mut events = Vec::new();
-    // Blocking file reads: this worker hands its other tasks to the rest meanwhile.
-    let r = tokio::task::block_in_place(|| {
-        p.read_history(
-            w.cursor,
+    // Blocking file reads, on a blocking thread: the runtime's thread goes on serving the
+    // other streams and calls meanwhile.
+    let read = tokio::task::spawn_blocking(move || {
+        let mut events = Vec::new();
+        let r = p.read_history(
+            cursor,
             upto,
             MAX_EVENTS_PER_STEP,
             MAX_LOG_BYTES_PER_STEP,
@@ -632,10 +633,21 @@ fn read_log(
                     events.push(Arc::new(e));
                 }
             },
-        )
-    });
+        );
+        r.map(|next| (events, next))
+    })
+    .await;
+    let r = match read {
+        Ok(r) => r,
+        Err(e) => {
+            return Err((
+                first_in_memory,
+                format!("reading the command log failed: {e}"),
+            ));
+        }
+    };
     match r {
-        Ok(next) => {
+        Ok((events, next)) => {
             b.stats
                 .watch_events_from_log
                 .fetch_add(events.len() as u64, Ordering::Relaxed);
