@@ -187,6 +187,10 @@ pub struct Config {
     /// Largest gRPC message received or sent, in bytes; 0 = item_size_max + 1 MiB.
     #[arg(long)]
     pub grpc_max_message_bytes: usize,
+    /// Threads of the gRPC API, each a current-thread runtime serving the connections dealt
+    /// to it (as the memcached workers do); 0 = one per CPU.
+    #[arg(long)]
+    pub grpc_threads: usize,
     /// MiB of watch history kept in memory (older revisions are read from the command log
     /// while its segments exist).
     #[arg(long)]
@@ -271,6 +275,7 @@ impl Default for Config {
             grpc_tls_cert: None,
             grpc_tls_key: None,
             grpc_max_message_bytes: 0,
+            grpc_threads: 0,
             watch_history_mb: 64,
             watch_progress_notify_ms: 10_000,
             zookeeper: None,
@@ -630,6 +635,9 @@ impl Config {
                 "grpc_tls_cert and grpc_tls_key go together",
             );
         }
+        if self.grpc_threads > 1024 {
+            return invalid("grpc_threads", "must be at most 1024 (0 = one per CPU)");
+        }
         if self.grpc_max_message_bytes != 0
             && (self.grpc_max_message_bytes < 64 << 10
                 || self.grpc_max_message_bytes < self.item_size_max + 4096)
@@ -731,6 +739,14 @@ impl Config {
         self.logs_path
             .clone()
             .unwrap_or_else(|| self.data_dir.join("log"))
+    }
+
+    /// Threads of the gRPC API (`grpc_threads`, 0 = one per CPU).
+    pub fn grpc_thread_count(&self) -> usize {
+        match self.grpc_threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        }
     }
 
     /// The gRPC address, None when `grpc_listen` is "off" (validated).
@@ -907,6 +923,7 @@ mod tests {
         let path = dir.path().join("c.toml");
         let c = load_with(&path, "", &[]);
         assert_eq!(c.grpc_addr(), Some("127.0.0.1:50051".parse().unwrap()));
+        assert_eq!(c.grpc_threads, 0);
         assert_eq!(c.grpc_max_message(), (1 << 20) + (1 << 20));
         let c = load_with(&path, "grpc_listen = \"off\"\nwatch_history_mb = 8\n", &[]);
         assert_eq!((c.grpc_addr(), c.watch_history_mb), (None, 8));
@@ -918,14 +935,17 @@ mod tests {
                 "127.0.0.1:0",
                 "--watch-progress-notify-ms",
                 "50",
+                "--grpc-threads",
+                "2",
             ],
         );
         assert_eq!(c.grpc_addr(), Some("127.0.0.1:0".parse().unwrap()));
-        assert_eq!(c.watch_progress_notify_ms, 50);
+        assert_eq!((c.watch_progress_notify_ms, c.grpc_threads), (50, 2));
         for (text, key) in [
             ("grpc_listen = \"nowhere\"\n", "grpc_listen"),
             ("grpc_tls_cert = \"/x.pem\"\n", "grpc_tls_cert"),
             ("grpc_max_message_bytes = 100\n", "grpc_max_message_bytes"),
+            ("grpc_threads = 2000\n", "grpc_threads"),
             ("watch_progress_notify_ms = 0\n", "watch_progress_notify_ms"),
         ] {
             let err = load_result(&path, text, &[]).unwrap_err();

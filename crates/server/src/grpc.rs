@@ -29,6 +29,7 @@ pub async fn prepare(
             listen,
             tls: c.grpc_tls_cert.clone().zip(c.grpc_tls_key.clone()),
             max_message_bytes: c.grpc_max_message(),
+            threads: c.grpc_thread_count(),
             // memcached has no limit on keys per get; a gRPC request is one message, so 10,000.
             max_keys_per_request: c.max_keys_per_get.min(10_000),
             progress_notify_interval: Duration::from_millis(c.watch_progress_notify_ms),
