@@ -48,8 +48,9 @@ pub struct Config {
     #[arg(short = 't', long)]
     pub threads: usize,
     /// How connection threads do their socket work: tokio (epoll, the default) or uring
-    /// (io_uring: one system call per turn for all of a thread's connections; plain TCP only,
-    /// not with -Z; Linux with io_uring allowed, else the start is refused).
+    /// (io_uring: one system call per turn for all of a thread's connections). uring falls
+    /// back to tokio, saying so in the log, where io_uring is unavailable or refused, and
+    /// under -Z (TLS runs on tokio's streams).
     #[arg(long = "io-engine")]
     pub io_engine: String,
     /// Most simultaneous client connections (memcached `-c`); more are refused politely.
@@ -576,16 +577,8 @@ impl Config {
                 "must be 0: cairn does not serve memcached's UDP protocol (TCP only)",
             );
         }
-        match self.io_engine.as_str() {
-            "tokio" => {}
-            "uring" if self.enable_ssl => {
-                return invalid(
-                    "io_engine",
-                    "uring serves plain TCP only: TLS (-Z) needs io_engine = tokio",
-                );
-            }
-            "uring" => {}
-            _ => return invalid("io_engine", "must be tokio or uring"),
+        if !matches!(self.io_engine.as_str(), "tokio" | "uring") {
+            return invalid("io_engine", "must be tokio or uring");
         }
         if self.memory_limit_mb == 0 {
             return invalid("memory_limit_mb", "must be at least 1");

@@ -88,6 +88,9 @@ pub struct Ctx {
     pub replication: Option<Arc<cairn_cluster::Replication>>,
     /// gRPC counters and latencies.
     pub grpc_stats: Arc<cairn_grpc::GrpcStats>,
+    /// The connection engine in force (`tokio` or `uring`), set when the connection threads
+    /// start: `io_engine` asks for one, and uring falls back to tokio (server.rs).
+    pub io_engine: OnceLock<&'static str>,
 }
 
 /// Store shards for `-m` MiB: 64, or enough that one holds at most 32 MiB (up to 4,096). A
@@ -247,6 +250,7 @@ impl Ctx {
             hub,
             grpc_stats: Arc::new(cairn_grpc::GrpcStats::default()),
             replication,
+            io_engine: OnceLock::new(),
             config,
         }))
     }

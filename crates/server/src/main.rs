@@ -63,11 +63,6 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         .await
         .map_err(|e| format!("refusing to start: cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    if config.io_engine == "uring" {
-        cairn_server::uring::available().map_err(|e| {
-            format!("refusing to start: io_engine uring: io_uring is not available here ({e}); use --io-engine tokio")
-        })?;
-    }
     let metrics_listener = match config.metrics_addr {
         Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
             format!("refusing to start: cannot listen on metrics address {a}: {e}")

@@ -152,13 +152,29 @@ enum Engine {
 }
 
 impl Engine {
+    /// The configured engine, or tokio's when io_uring cannot serve (see [`choose_engine`]);
+    /// the one in force is logged and shown by `stats settings` (`io_engine`).
     fn start(ctx: &Ctx) -> std::io::Result<Engine> {
         let n = ctx.config.worker_threads();
-        if ctx.config.io_engine == "uring" {
-            let runtime = tokio::runtime::Handle::current();
-            return crate::uring::Pool::start(n, runtime).map(Engine::Uring);
-        }
-        Workers::start(n, ctx.persist.clone()).map(Engine::Tokio)
+        let runtime = tokio::runtime::Handle::current();
+        let engine = match choose_engine(&ctx.config, || crate::uring::Pool::start(n, runtime)) {
+            (Some(pool), _) => Engine::Uring(pool),
+            (None, why) => {
+                if let Some(why) = why {
+                    tracing::warn!(
+                        "io_engine uring: {why}: connections are served by the tokio engine"
+                    );
+                }
+                Engine::Tokio(Workers::start(n, ctx.persist.clone())?)
+            }
+        };
+        let name = match engine {
+            Engine::Tokio(_) => "tokio",
+            Engine::Uring(_) => "uring",
+        };
+        let _ = ctx.io_engine.set(name);
+        tracing::info!(io_engine = name, threads = n, "connection threads started");
+        Ok(engine)
     }
 
     fn stop(self) {
@@ -166,6 +182,26 @@ impl Engine {
             Engine::Tokio(w) => w.stop(),
             Engine::Uring(p) => p.stop(),
         }
+    }
+}
+
+/// Whether the io_uring engine serves: `Some(pool)` when it is configured and `start_uring`
+/// made its threads; else `None`, with the reason when uring was configured: TLS (rustls runs
+/// on tokio's streams) or the ring refused (no io_uring in this kernel, or a sandbox that
+/// forbids it). Either way the server starts, on tokio's engine.
+fn choose_engine<P>(
+    config: &crate::config::Config,
+    start_uring: impl FnOnce() -> std::io::Result<P>,
+) -> (Option<P>, Option<String>) {
+    if config.io_engine != "uring" {
+        return (None, None);
+    }
+    if config.enable_ssl {
+        return (None, Some("TLS (-Z) runs on tokio's streams".to_string()));
+    }
+    match start_uring() {
+        Ok(pool) => (Some(pool), None),
+        Err(e) => (None, Some(format!("io_uring is not available here ({e})"))),
     }
 }
 
@@ -312,5 +348,41 @@ pub fn shutdown_signal(ctx: Arc<Ctx>) -> impl std::future::Future<Output = ()> {
             _ = usr1.recv() => {}
             _ = ctx.shutdown_requested() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::choose_engine;
+    use crate::config::Config;
+
+    fn config(engine: &str, tls: bool) -> Config {
+        Config {
+            io_engine: engine.to_string(),
+            enable_ssl: tls,
+            ..Config::default()
+        }
+    }
+
+    /// uring serves when it is asked for and its threads start; tokio otherwise, with the
+    /// reason logged when uring was asked for.
+    #[test]
+    fn uring_falls_back_to_tokio_under_tls_and_when_the_ring_is_refused() {
+        let started = |_: &str| Ok::<_, std::io::Error>(7);
+        assert_eq!(
+            choose_engine(&config("uring", false), || started("")),
+            (Some(7), None)
+        );
+        let (pool, why) = choose_engine(&config("uring", true), || started(""));
+        assert_eq!(pool, None);
+        assert!(why.unwrap().contains("TLS"));
+        let refused = || Err::<u8, _>(std::io::Error::from_raw_os_error(libc::EPERM));
+        let (pool, why) = choose_engine(&config("uring", false), refused);
+        assert_eq!(pool, None);
+        assert!(why.unwrap().contains("io_uring is not available here"));
+        assert_eq!(
+            choose_engine(&config("tokio", false), || started("")),
+            (None, None)
+        );
     }
 }

@@ -24,9 +24,9 @@
 //!
 //! The thread enters the main runtime's context, so what the request path awaits from tokio
 //! (timers, `spawn_blocking` for admin checkpoints, tokio's channels) works unchanged; those
-//! wake the task through the Inbox. Plain TCP only: TLS (`-Z`) needs the tokio engine
-//! (refused at start, config.rs). A kernel without io_uring (or a sandbox that forbids it)
-//! refuses the start with the reason.
+//! wake the task through the Inbox. Plain TCP only: under TLS (`-Z`), and where a ring cannot
+//! be made (a kernel without io_uring, a sandbox that forbids it), server.rs serves the
+//! connections with the tokio engine instead and logs why.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -64,12 +64,19 @@ pub fn available() -> io::Result<()> {
     })
 }
 
+/// For tests: when set, making a connection thread's ring fails as in a sandbox that forbids
+/// io_uring (EPERM), so that the fallback to the tokio engine can be tested anywhere.
+pub const REFUSE_FOR_TESTS: &str = "CAIRN_TEST_REFUSE_IO_URING";
+
 /// A connection thread's ring, made on that thread. Single issuer with deferred task work:
 /// the kernel completes this ring's receives and sends only when the thread enters the ring
 /// to wait or submit, instead of interrupting it (an IPI and a task-work run) whenever a
 /// socket becomes ready; the task-run flag tells `submit` when completions are waiting to be
 /// run. A kernel older than 6.1 refuses these flags: a plain ring then.
 fn new_ring() -> io::Result<IoUring> {
+    if std::env::var_os(REFUSE_FOR_TESTS).is_some() {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
     IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()

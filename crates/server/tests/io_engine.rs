@@ -1,9 +1,10 @@
 //! The io_uring connection engine (`--io-engine uring`) on what its own code does: buffers
 //! the kernel owns while a receive or send is in flight (large values, a multi-get flushed in
 //! the middle, a pipeline), connections closed with a receive pending, durability waits, and
-//! the refusal of TLS. scripts/test-all.sh also runs the wire, connection-thread and
-//! persistence tests and pymemcache on it (`CAIRN_TEST_IO_ENGINE=uring`). Where io_uring is
-//! not allowed (some containers), the tests that need it say so and pass.
+//! the fallback to tokio's engine when a ring cannot be made. scripts/test-all.sh also runs
+//! the wire, connection-thread and persistence tests and pymemcache on it
+//! (`CAIRN_TEST_IO_ENGINE=uring`). Where io_uring is not allowed (some containers), the tests
+//! that need it say so and pass.
 
 mod common;
 
@@ -140,34 +141,56 @@ fn acknowledged_writes_survive_a_kill() {
     );
 }
 
+/// The engine in force, as `stats settings` reports it.
+fn engine_in_force(server: &Server) -> String {
+    let mut c = server.connect();
+    c.send(b"stats settings\r\n");
+    let text = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("STAT io_engine "))
+        .unwrap_or_else(|| panic!("{text}"));
+    line["STAT io_engine ".len()..].to_string()
+}
+
+/// A ring that cannot be made (here by the test switch, elsewhere by a kernel without
+/// io_uring or a sandbox that forbids it) starts the server on tokio's engine, which serves.
 #[test]
-fn uring_with_tls_and_an_unknown_engine_refuse_the_start() {
-    for (args, why) in [
-        (
-            &[
-                "--io-engine",
-                "uring",
-                "-Z",
-                "--ssl-chain-cert",
-                "c.pem",
-                "--ssl-key",
-                "k.pem",
-            ][..],
-            "TLS (-Z) needs io_engine = tokio",
-        ),
-        (&["--io-engine", "epoll"][..], "must be tokio or uring"),
-    ] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["-p", "0", "--grpc-listen", "off", "--data-dir"])
-            .arg(dir.path())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("io_engine") && err.contains(why), "{err}");
+fn a_refused_ring_falls_back_to_the_tokio_engine() {
+    let refuse = [(cairn_server::uring::REFUSE_FOR_TESTS, "1")];
+    let server = Server::start_with_env(&refuse, &["--io-engine", "uring", "--persistence", "off"]);
+    assert_eq!(engine_in_force(&server), "tokio");
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("set k 0 0 1\r\nv\r\n", "STORED\r\n"),
+            ("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n"),
+        ],
+    );
+    if uring() {
+        let server = Server::start(&["--io-engine", "uring", "--persistence", "off"]);
+        assert_eq!(engine_in_force(&server), "uring");
     }
+    let server = Server::start(&["--io-engine", "tokio", "--persistence", "off"]);
+    assert_eq!(engine_in_force(&server), "tokio");
+}
+
+#[test]
+fn an_unknown_engine_refuses_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["-p", "0", "--grpc-listen", "off", "--data-dir"])
+        .arg(dir.path())
+        .args(["--io-engine", "epoll"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("io_engine") && err.contains("must be tokio or uring"),
+        "{err}"
+    );
 }
 
 /// `stats conns` lists the engine's connections with their addresses.

@@ -68,6 +68,12 @@ fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
     stat(out, "max_keys_per_get", c.max_keys_per_get);
     stat(out, "output_buffer_max", c.output_buffer_max);
     stat(out, "persistence", ctx.mode().name());
+    // The engine in force: the configured one, or tokio after a fallback (server.rs).
+    stat(
+        out,
+        "io_engine",
+        ctx.io_engine.get().copied().unwrap_or(&c.io_engine),
+    );
     stat(out, "admin_enabled", yes_no(c.enable_admin));
 }
 
