@@ -368,6 +368,15 @@ thread_local! {
 /// A ring owned by one worker thread whose runtime is current-thread (tasks never move): a
 /// connection submits its read to it and reaps completions itself, woken through an eventfd
 /// the ring signals and the runtime's reactor watches. No other thread takes part.
+///
+/// The ring is made with DEFER_TASKRUN (kernel 6.1+, else a plain ring): a device completion
+/// is queued as work for this thread and announced on the eventfd, and the next reap flushes
+/// it with one io_uring_enter (GETEVENTS, when the kernel flags pending work). A plain ring
+/// instead interrupts the thread to post each completion (its epoll_wait returns EINTR).
+///
+/// The reactor wakes only the task that last registered on the eventfd (`watcher`); when that
+/// task leaves while other reads are in flight, it wakes one of them to register in its place
+/// (else their completions would wait for the next read on this thread).
 struct LocalRing {
     state: Mutex<LocalState>,
     /// Signalled by the kernel on each completion (`IORING_REGISTER_EVENTFD`).
@@ -381,6 +390,8 @@ struct LocalState {
     slots: Vec<Slot>,
     free: Vec<usize>,
     in_flight: usize,
+    /// The slot whose waiter's task the eventfd's readiness wakes (the last one to register).
+    watcher: Option<usize>,
 }
 
 enum Slot {
@@ -413,6 +424,13 @@ impl Drop for LocalState {
 impl LocalState {
     /// Moves every completion into its slot, waking its reader.
     fn reap(&mut self) {
+        // Deferred completions reach the queue only through an enter with GETEVENTS, which
+        // `submit` adds when the kernel flags pending work.
+        if self.ring.submission().taskrun() {
+            if let Err(e) = self.ring.submit() {
+                tracing::warn!("flash io_uring getevents: {e}");
+            }
+        }
         let done: Vec<(u64, i32)> = self
             .ring
             .completion()
@@ -433,11 +451,33 @@ impl LocalState {
             }
         }
     }
+
+    /// The waiter of slot `id` leaves: if it was the watcher, another waiter still in flight
+    /// is woken to register on the eventfd in its place.
+    fn leave(&mut self, id: usize) {
+        if self.watcher != Some(id) {
+            return;
+        }
+        self.watcher = None;
+        for slot in &mut self.slots {
+            if let Slot::InFlight(_, waker @ Some(_)) = slot {
+                if let Some(w) = waker.take() {
+                    w.wake();
+                }
+                return;
+            }
+        }
+    }
 }
 
 impl LocalRing {
     fn new() -> io::Result<LocalRing> {
-        let ring = IoUring::new(LOCAL_RING_ENTRIES)?;
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .build(LOCAL_RING_ENTRIES)
+            .or_else(|_| IoUring::new(LOCAL_RING_ENTRIES))?;
         // SAFETY: eventfd returns a new descriptor or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -452,6 +492,7 @@ impl LocalRing {
                 slots: Vec::new(),
                 free: Vec::new(),
                 in_flight: 0,
+                watcher: None,
             }),
             // SAFETY: the AsyncFd owns the descriptor, which stays open and the same until
             // it is dropped. (A current-thread runtime without I/O enabled would panic here;
@@ -525,6 +566,7 @@ impl LocalRing {
                 match std::mem::replace(&mut st.slots[id], Slot::Free) {
                     Slot::Done(buf, result) => {
                         st.free.push(id);
+                        st.leave(id);
                         return Poll::Ready((buf, result));
                     }
                     Slot::InFlight(buf, _) => {
@@ -535,9 +577,8 @@ impl LocalRing {
             }
             match self.efd.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut ready)) => {
-                    let mut n = [0u8; 8];
-                    // SAFETY: reads 8 bytes into a live buffer from our eventfd.
-                    unsafe { libc::read(self.efd.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
+                    // The eventfd's count is never read: epoll (edge-triggered) reports each
+                    // signal anew, and the completions themselves are in the ring.
                     ready.clear_ready();
                 }
                 Poll::Ready(Err(_)) => {
@@ -545,7 +586,10 @@ impl LocalRing {
                     let st = self.state.lock();
                     let _ = st.ring.submit_and_wait(1);
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    self.state.lock().watcher = Some(id);
+                    return Poll::Pending;
+                }
             }
         })
         .await;
@@ -564,10 +608,73 @@ impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         let Some(id) = self.id else { return };
         let mut st = self.ring.state.lock();
+        st.leave(id);
         match std::mem::replace(&mut st.slots[id], Slot::Free) {
             Slot::InFlight(buf, _) => st.slots[id] = Slot::Abandoned(buf),
             Slot::Done(..) => st.free.push(id),
             other => st.slots[id] = other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fresh descriptors on success.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both are fresh descriptors we own.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn write_byte(fd: &OwnedFd) {
+        // SAFETY: writes one byte from a live buffer.
+        assert_eq!(
+            unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr().cast(), 1) },
+            1
+        );
+    }
+
+    /// Two reads in flight on one thread's ring, the second waiter registered last on the
+    /// eventfd: its read completes and it leaves first; the first read's completion must
+    /// still wake its waiter (reads of pipes, so the test decides when each completes).
+    #[test]
+    fn a_waiter_is_woken_after_the_watching_one_left_first() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ring = LocalRing::current().expect("a current-thread runtime has its own ring");
+            let ((a_rd, a_wr), (b_rd, b_wr)) = (pipe(), pipe());
+            let ida = ring
+                .submit(a_rd.as_raw_fd(), 0, AlignedBuf::new(crate::format::BLOCK))
+                .ok()
+                .unwrap();
+            let idb = ring
+                .submit(b_rd.as_raw_fd(), 0, AlignedBuf::new(crate::format::BLOCK))
+                .ok()
+                .unwrap();
+            let r = Arc::clone(&ring);
+            let a = tokio::spawn(async move { r.wait(ida).await.1 });
+            while ring.state.lock().watcher != Some(ida) {
+                tokio::task::yield_now().await;
+            }
+            let r = Arc::clone(&ring);
+            let b = tokio::spawn(async move { r.wait(idb).await.1 });
+            while ring.state.lock().watcher != Some(idb) {
+                tokio::task::yield_now().await;
+            }
+            write_byte(&b_wr);
+            assert_eq!(b.await.unwrap(), 1);
+            write_byte(&a_wr);
+            let a = tokio::time::timeout(std::time::Duration::from_secs(20), a).await;
+            assert_eq!(
+                a.expect("the first read's waiter was never woken").unwrap(),
+                1
+            );
+        });
     }
 }
