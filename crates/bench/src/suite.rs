@@ -308,10 +308,8 @@ fn spawn_cairn(
             mode,
             // The checkpoint dip phase sends `checkpoint`.
             "--enable-admin",
-            // No gRPC port: a fixed one would collide with any other cairn on the machine.
-            "--grpc-listen",
-            "off",
-            // The gRPC API stays on (its hub is part of the default cost), on a free port.
+            // The gRPC API stays on (its hub is part of the default cost), on a free port: a
+            // fixed one would collide with any other cairn on the machine.
             "--grpc-listen",
             "127.0.0.1:0",
             "--data-dir",

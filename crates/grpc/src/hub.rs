@@ -73,8 +73,22 @@ pub struct Event {
     pub prev: Option<ItemState>,
 }
 
-/// Memory an event holds beyond its bytes (struct, Arc, ring slot), for the ring's bound.
-const EVENT_OVERHEAD_BYTES: usize = 192;
+/// Memory an event holds beyond its key and values, for the ring's bound, counted as the
+/// allocator sees it so that `--watch-history-mb` bounds the real memory:
+/// - the `Arc<Event>` allocation (two counts and the event);
+/// - the shared header `bytes` allocates when the event's buffer is first sliced (32 B);
+/// - the ring's slot (one pointer);
+/// - glibc malloc's 8 B header on each of the three allocations, each rounded up to 16 B
+///   (counted as 16 per allocation).
+const EVENT_OVERHEAD_BYTES: usize = 2 * size_of::<usize>()
+    + size_of::<Event>()
+    + 32
+    + size_of::<Arc<Event>>()
+    + 3 * MALLOC_CHUNK_OVERHEAD_BYTES;
+
+/// What glibc malloc adds to an allocation on average: an 8 B header, and the size rounded up
+/// to 16 B.
+const MALLOC_CHUNK_OVERHEAD_BYTES: usize = 16;
 
 impl Event {
     /// Builds the event of a store mutation; None for a mutation that is no event (a
@@ -190,7 +204,7 @@ impl Event {
         })
     }
 
-    /// Bytes this event holds in memory (for the ring's bound).
+    /// Bytes this event holds in memory, allocator overhead included (for the ring's bound).
     pub fn size_bytes(&self) -> usize {
         EVENT_OVERHEAD_BYTES
             + self.key.len()

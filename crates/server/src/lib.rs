@@ -172,7 +172,7 @@ impl Ctx {
             // Flash entries are recorded by hash bits, so the seed is the device's.
             hash_seed: flash.as_ref().map(|f| f.hash_seed()),
         };
-        let history_bytes = usize::try_from(config.watch_history_mb << 20).unwrap_or(usize::MAX);
+        let history_bytes = config.watch_history_bytes();
         let grpc_on = config.grpc_addr().is_some();
         let mut hub = None;
         let (store, persist) = match config.mode() {
