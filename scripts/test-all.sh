@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 
 cargo build --workspace --all-targets
 cargo test --workspace
-# The io_uring connection engine (--io-engine uring) under the wire, connection-thread and
-# persistence tests (the harness ignores the variable, saying so, where io_uring is not allowed).
-CAIRN_TEST_IO_ENGINE=uring cargo test -p cairn-server --test wire_text --test wire_meta \
+# The io_uring connection engine is the default on Linux (where io_uring is allowed): the wire,
+# connection-thread and persistence tests run again on the tokio engine (--io-engine tokio).
+CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta \
     --test connection_threads --test persistence
 
 # The Python suite runs on $PYTHON (default python3) if it has the packages, else in a venv under
@@ -25,5 +25,5 @@ if ! "$PYTHON" -c "import pymemcache, pytest, prometheus_client, grpc, grpc_tool
     PYTHON="$VENV/bin/python"
 fi
 CAIRN_BIN="$PWD/target/debug/cairn" "$PYTHON" -m pytest -q tests/python
-CAIRN_TEST_IO_ENGINE=uring CAIRN_BIN="$PWD/target/debug/cairn" "$PYTHON" -m pytest -q \
+CAIRN_TEST_IO_ENGINE=tokio CAIRN_BIN="$PWD/target/debug/cairn" "$PYTHON" -m pytest -q \
     tests/python/test_pymemcache.py

@@ -11,8 +11,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn"))
 
 
-# CAIRN_TEST_IO_ENGINE=uring runs every server of the suite on that connection engine
-# (scripts/test-all.sh does for test_pymemcache.py); not for TLS servers (tokio only).
+# CAIRN_TEST_IO_ENGINE=X runs every server of the suite on that connection engine (uring is
+# the default on Linux; scripts/test-all.sh runs test_pymemcache.py again with tokio); not for
+# TLS servers (tokio only).
 IO_ENGINE = os.environ.get("CAIRN_TEST_IO_ENGINE")
 
 

@@ -47,7 +47,7 @@ def test_pymemcache_over_tls(tmp_path, certs):
         c = Client(server.addr, tls_context=tls_context(cert), timeout=20, connect_timeout=20)
         assert c.set("k", b"over tls", noreply=False)
         assert c.get("k") == b"over tls"
-        # TLS runs on tokio's engine whatever io_engine says.
+        # TLS runs on tokio's engine whatever io_engine says (uring is the default on Linux).
         assert c.stats("settings")[b"io_engine"] == b"tokio"
         big = os.urandom(300_000)  # many TLS records each way
         assert c.set("big", big, noreply=False)

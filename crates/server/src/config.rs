@@ -47,10 +47,10 @@ pub struct Config {
     /// Worker threads of the runtime (memcached `-t`); 0 = one per core.
     #[arg(short = 't', long)]
     pub threads: usize,
-    /// How connection threads do their socket work: tokio (epoll, the default) or uring
-    /// (io_uring: one system call per turn for all of a thread's connections). uring falls
-    /// back to tokio, saying so in the log, where io_uring is unavailable or refused, and
-    /// under -Z (TLS runs on tokio's streams).
+    /// How connection threads do their socket work: uring (io_uring, the default on Linux:
+    /// one system call per turn for all of a thread's connections) or tokio (epoll). uring
+    /// falls back to tokio, saying so in the log, where io_uring is unavailable or refused,
+    /// and under -Z (TLS runs on tokio's streams).
     #[arg(long = "io-engine")]
     pub io_engine: String,
     /// Most simultaneous client connections (memcached `-c`); more are refused politely.
@@ -229,13 +229,20 @@ pub struct Config {
     pub replication_group: Option<String>,
 }
 
+/// io_uring where the kernel has it (Linux); elsewhere epoll through tokio.
+const DEFAULT_IO_ENGINE: &str = if cfg!(target_os = "linux") {
+    "uring"
+} else {
+    "tokio"
+};
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             port: 11211,
             listen: "127.0.0.1".to_string(),
             threads: 0,
-            io_engine: "tokio".to_string(),
+            io_engine: DEFAULT_IO_ENGINE.to_string(),
             max_connections: 1024,
             memory_limit_mb: 64,
             disable_evictions: false,

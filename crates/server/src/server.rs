@@ -385,4 +385,10 @@ mod tests {
             (None, None)
         );
     }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_default_engine_is_uring_on_linux() {
+        assert_eq!(Config::default().io_engine, "uring");
+    }
 }

@@ -1,10 +1,10 @@
 //! The io_uring connection engine (`--io-engine uring`) on what its own code does: buffers
 //! the kernel owns while a receive or send is in flight (large values, a multi-get flushed in
 //! the middle, a pipeline), connections closed with a receive pending, durability waits, and
-//! the fallback to tokio's engine when a ring cannot be made. scripts/test-all.sh also runs
-//! the wire, connection-thread and persistence tests and pymemcache on it
-//! (`CAIRN_TEST_IO_ENGINE=uring`). Where io_uring is not allowed (some containers), the tests
-//! that need it say so and pass.
+//! the fallback to tokio's engine when a ring cannot be made. uring is the default on Linux,
+//! so every other test runs on it; scripts/test-all.sh runs the wire, connection-thread and
+//! persistence tests and pymemcache again on tokio (`CAIRN_TEST_IO_ENGINE=tokio`). Where
+//! io_uring is not allowed (some containers), the tests that need it say so and pass.
 
 mod common;
 
@@ -174,6 +174,17 @@ fn a_refused_ring_falls_back_to_the_tokio_engine() {
     }
     let server = Server::start(&["--io-engine", "tokio", "--persistence", "off"]);
     assert_eq!(engine_in_force(&server), "tokio");
+}
+
+/// Without `--io-engine`, Linux serves on io_uring where it is allowed.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_default_engine_is_uring_where_io_uring_is_allowed() {
+    if !uring() || std::env::var_os("CAIRN_TEST_IO_ENGINE").is_some() {
+        return;
+    }
+    let server = Server::start(&["--persistence", "off"]);
+    assert_eq!(engine_in_force(&server), "uring");
 }
 
 #[test]

@@ -190,8 +190,9 @@ impl LogTail {
 }
 
 /// `--io-engine X` when the environment names `CAIRN_TEST_IO_ENGINE=X` (scripts/test-all.sh
-/// runs the wire tests again on `uring`), unless the test's server uses TLS (tokio only). On
-/// a machine without io_uring the variable is ignored, with a note on stderr.
+/// runs the wire tests again on `tokio`; uring is the default on Linux), unless the test's
+/// server uses TLS (tokio only). `uring` on a machine without io_uring is ignored, with a note
+/// on stderr.
 fn io_engine(args: &[&str]) -> Vec<String> {
     let Ok(engine) = std::env::var("CAIRN_TEST_IO_ENGINE") else {
         return Vec::new();
