@@ -157,7 +157,9 @@ impl Engine {
     fn start(ctx: &Ctx) -> std::io::Result<Engine> {
         let n = ctx.config.worker_threads();
         let runtime = tokio::runtime::Handle::current();
-        let engine = match choose_engine(&ctx.config, || crate::uring::Pool::start(n, runtime)) {
+        let engine = match choose_engine(&ctx.config, || {
+            crate::uring::Pool::start(n, runtime, ctx.persist.clone())
+        }) {
             (Some(pool), _) => Engine::Uring(pool),
             (None, why) => {
                 if let Some(why) = why {

@@ -97,7 +97,14 @@ pub struct Pool {
 impl Pool {
     /// Starts `n` threads (at least one), each with its ring; an error if a ring cannot be
     /// made (io_uring unavailable). `runtime` is entered by every thread (see the module doc).
-    pub fn start(n: usize, runtime: tokio::runtime::Handle) -> io::Result<Pool> {
+    /// With persistence, each thread writes the log's pending records itself once per turn in
+    /// async mode (`Persistence::write_ready`, as tokio's engine does before it parks), so
+    /// that its connections' writes do not wake the log's syncer thread.
+    pub fn start(
+        n: usize,
+        runtime: tokio::runtime::Handle,
+        persist: Option<Arc<cairn_persist::Persistence>>,
+    ) -> io::Result<Pool> {
         let mut threads = Vec::new();
         for i in 0..n.max(1) {
             // SAFETY: eventfd returns a new descriptor or -1.
@@ -113,6 +120,7 @@ impl Pool {
             });
             let s = Arc::clone(&shared);
             let runtime = runtime.clone();
+            let persist = persist.clone();
             // The ring is made on its thread: a single-issuer ring belongs to the thread that
             // creates it.
             let (made, ring_made) = std::sync::mpsc::sync_channel(1);
@@ -130,7 +138,10 @@ impl Pool {
                         }
                     };
                     let _entered = runtime.enter();
-                    if let Err(e) = run(s, ring) {
+                    if persist.is_some() {
+                        cairn_persist::writes_before_sleeping();
+                    }
+                    if let Err(e) = run(s, ring, persist) {
                         tracing::error!("io_uring connection thread stopped: {e}");
                     }
                 })?;
@@ -505,7 +516,11 @@ struct Task {
 }
 
 /// One connection thread's loop (see the module doc).
-fn run(shared: Arc<Shared>, ring: IoUring) -> io::Result<()> {
+fn run(
+    shared: Arc<Shared>,
+    ring: IoUring,
+    persist: Option<Arc<cairn_persist::Persistence>>,
+) -> io::Result<()> {
     READY.with(|r| r.borrow_mut().owner = Arc::as_ptr(&shared) as usize);
     DRIVER.with(|d| {
         *d.borrow_mut() = Some(Driver {
@@ -571,6 +586,11 @@ fn run(shared: Arc<Shared>, ring: IoUring) -> io::Result<()> {
                 tasks[id] = None;
                 free.push(id);
             }
+        }
+        // The log records this turn's requests appended go to the kernel now (async mode;
+        // a no-op otherwise); the requests waiting for them are woken before the check below.
+        if let Some(p) = &persist {
+            p.write_ready();
         }
         let more = READY.with(|r| !r.borrow().ids.is_empty());
         let entered = if more {
