@@ -61,7 +61,8 @@ fn main() -> ExitCode {
 /// threads that contend for memory arenas of their own, and the memory that one arena's
 /// short-lived allocations (watch events, log buffers) leave free stays resident beside the
 /// store's segments: at 10M items of the seed's shape, 6-10 B per item more (docs/BENCHMARKS.md,
-/// "One malloc arena"). `MALLOC_ARENA_MAX` in the environment wins.
+/// "The watch history's real size, its default, and one malloc arena"). `MALLOC_ARENA_MAX` in
+/// the environment wins.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
