@@ -329,16 +329,7 @@ fn reads(args: &SuiteArgs, dir: &Path, flash_mb: u64, ram_only_mb: u64) -> Resul
     let mut written = 0.0;
     let mut run_cairn = |env: &[(&str, &str)]| -> Result<Figures, String> {
         let _ = std::fs::remove_file(&file);
-        let extra: Vec<String> = vec![
-            "-m".into(),
-            args.ram_mb.to_string(),
-            "--persistence".into(),
-            "off".into(),
-            "--flash-path".into(),
-            file.display().to_string(),
-            "--flash-size".into(),
-            format!("{flash_mb}m"),
-        ];
+        let extra = flash_server_args(args, &file, flash_mb);
         let p = cairn_env(args, free_port()?, &extra, cairn_dir.path(), env)?;
         let f = read_phases(args, &p, true)?;
         written = p
@@ -423,16 +414,7 @@ fn reads_ab(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<(), String> {
     for (label, bin) in &builds {
         let d = tempfile::tempdir_in(dir).map_err(|e| e.to_string())?;
         let file = d.path().join("cairn.flash");
-        let extra: Vec<String> = vec![
-            "-m".into(),
-            args.ram_mb.to_string(),
-            "--persistence".into(),
-            "off".into(),
-            "--flash-path".into(),
-            file.display().to_string(),
-            "--flash-size".into(),
-            format!("{flash_mb}m"),
-        ];
+        let extra = flash_server_args(args, &file, flash_mb);
         let build_args = SuiteArgs {
             cairn_bin: bin.clone(),
             ..args.clone()
@@ -1022,6 +1004,20 @@ pub fn run(args: &SuiteArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// cairn's arguments for the flash runs: the RAM limit, no persistence, and the flash file.
+fn flash_server_args(args: &SuiteArgs, file: &Path, flash_mb: u64) -> Vec<String> {
+    vec![
+        "-m".into(),
+        args.ram_mb.to_string(),
+        "--persistence".into(),
+        "off".into(),
+        "--flash-path".into(),
+        file.display().to_string(),
+        "--flash-size".into(),
+        format!("{flash_mb}m"),
+    ]
 }
 
 #[cfg(test)]
