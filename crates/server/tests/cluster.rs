@@ -582,7 +582,9 @@ fn a_replica_catches_up_from_empty_and_from_behind_and_refuses_writes() {
 
 #[test]
 fn sync_replication_acknowledges_only_what_a_replica_holds() {
-    let primary = Server::start(&["--replication", "sync", "--replication-timeout-ms", "300"]);
+    // 2 s: long enough that a loaded 2-core CI machine's replica answers in time (300 ms
+    // failed once there), short enough for the no-replica case below to end soon.
+    let primary = Server::start(&["--replication", "sync", "--replication-timeout-ms", "2000"]);
     let mut p = primary.connect();
     // No replica: the write is not acknowledged.
     p.send(b"set alone 0 0 1\r\nx\r\n");
@@ -727,7 +729,7 @@ fn a_former_primary_discards_what_the_new_primary_never_acknowledged() {
     let Some(zk) = shared_zookeeper() else { return };
     let address = zk.address();
     let mut args = group_args(&address, "discard");
-    args.extend(["--replication-timeout-ms", "300"]);
+    args.extend(["--replication-timeout-ms", "2000"]);
     let role = |s: &Server| stats(&mut s.connect(), "replication")["role"].clone();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let a = Server::start_in(dirs[0].path(), &args);
