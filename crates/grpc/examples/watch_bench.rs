@@ -6,8 +6,8 @@
 //!                                                      initial_state_done (ms per round)
 //!   watch_bench fanout ADDR PREFIX WATCHERS RATE SECONDS [PID]
 //!                                                      W5: WATCHERS streams on PREFIX, writes
-//!                                                      at RATE/s; delivery latency (write sent
-//!                                                      to event received); with PID, the
+//!                                                      at RATE/s (open loop); delivery latency
+//!                                                      (write due to event received); with PID, the
 //!                                                      server's RSS with one stream that never
 //!                                                      reads, before and after
 //! ```
@@ -155,6 +155,14 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// CPU seconds (user + system) a process has used, from /proc (clock ticks of 10 ms).
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 async fn fanout(
     addr: &str,
     prefix: &str,
@@ -205,19 +213,32 @@ async fn fanout(
     // One more stream that never reads after `created`, on a connection of its own.
     let stalled = watch(channel(addr).await?, prefix_watch(prefix, false)).await?;
     let rss_before = pid.and_then(rss_kib);
-    let mut kv = KvClient::new(channel(addr).await?);
+    let cpu_before = pid.and_then(cpu_secs);
+    // Open loop: write i is due at start + i / rate whether or not the ones before it were
+    // answered, and its value is that due time, so a late send counts as delivery latency
+    // (no coordinated omission).
+    let kv = KvClient::new(channel(addr).await?);
     let started = Instant::now();
+    let start_nanos = now_nanos();
     let interval = Duration::from_nanos(1_000_000_000 / rate);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sets = tokio::task::JoinSet::new();
     for i in 0..writes {
         ticker.tick().await;
-        kv.set(pb::SetRequest {
-            key: format!("{prefix}{}", i % 1000).into(),
-            value: now_nanos().to_string().into(),
-            ..Default::default()
-        })
-        .await?;
+        let due = start_nanos + i * interval.as_nanos() as u64;
+        let (mut kv, key) = (kv.clone(), format!("{prefix}{}", i % 1000));
+        sets.spawn(async move {
+            kv.set(pb::SetRequest {
+                key: key.into(),
+                value: due.to_string().into(),
+                ..Default::default()
+            })
+            .await
+        });
+    }
+    while let Some(r) = sets.join_next().await {
+        r??;
     }
     let wrote_for = started.elapsed().as_secs_f64();
     let mut all = Vec::new();
@@ -229,6 +250,7 @@ async fn fanout(
         all.extend(l);
     }
     let rss_after = pid.and_then(rss_kib);
+    let cpu_after = pid.and_then(cpu_secs);
     drop(stalled);
     all.sort_unstable();
     let pct = |p: f64| all[((all.len() - 1) as f64 * p) as usize] as f64 / 1e6;
@@ -245,6 +267,14 @@ async fn fanout(
         pct(0.999),
         pct(1.0)
     );
+    if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+        println!(
+            "server CPU from the first write to the last event delivered: {:.2} s, {:.2} us per \
+             event",
+            b - a,
+            (b - a) * 1e6 / all.len().max(1) as f64
+        );
+    }
     if let (Some(a), Some(b)) = (rss_before, rss_after) {
         println!(
             "server RSS with a stream that never reads: {a} KiB before the writes, {b} KiB after ({:+} KiB)",

@@ -66,6 +66,9 @@ pub struct GrpcConfig {
     pub max_keys_per_request: usize,
     /// How often watches with progress_notify get a progress response while idle.
     pub progress_notify_interval: Duration,
+    /// Watch streams learn of new revisions at most once per this window (`--watch-batch-ms`;
+    /// zero: at every write). See `watch::forward_batched`.
+    pub batch_window: Duration,
 }
 
 /// Everything the services share.

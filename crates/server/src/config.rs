@@ -199,6 +199,11 @@ pub struct Config {
     /// How often an idle watch that asked for progress_notify gets a progress response (ms).
     #[arg(long)]
     pub watch_progress_notify_ms: u64,
+    /// Watch streams learn of new writes at most once per this many ms, so that a stream
+    /// wakes once for all the events of the window (less CPU per event with many watchers
+    /// and many writes; an event waits at most this much longer); 0 = at every write.
+    #[arg(long)]
+    pub watch_batch_ms: u64,
     /// ZooKeeper ensemble to register with, in ARCUS's layout: `host:port[,host:port...]`,
     /// optionally ending in a `/chroot` (ARCUS memcached `-z`). Needs service_code.
     #[arg(short = 'z', long)]
@@ -286,6 +291,7 @@ impl Default for Config {
             grpc_threads: 0,
             watch_history_mb: 0,
             watch_progress_notify_ms: 10_000,
+            watch_batch_ms: 0,
             zookeeper: None,
             service_code: None,
             zookeeper_session_timeout_ms: 30_000,
@@ -653,6 +659,9 @@ impl Config {
         if self.watch_progress_notify_ms == 0 || self.watch_progress_notify_ms > 3_600_000 {
             return invalid("watch_progress_notify_ms", "must be between 1 and 3600000");
         }
+        if self.watch_batch_ms > 1000 {
+            return invalid("watch_batch_ms", "must be at most 1000 (0 = off)");
+        }
         // The same check as the admin line `config chkpt_interval_* N`.
         ChkptSetting::PctSnapshot.check(self.chkpt_interval_pct_snapshot)?;
         ChkptSetting::MinLogsize.check(self.chkpt_interval_min_logsize)?;
@@ -935,7 +944,7 @@ mod tests {
         let path = dir.path().join("c.toml");
         let c = load_with(&path, "", &[]);
         assert_eq!(c.grpc_addr(), Some("127.0.0.1:50051".parse().unwrap()));
-        assert_eq!(c.grpc_threads, 0);
+        assert_eq!((c.grpc_threads, c.watch_batch_ms), (0, 0));
         assert_eq!(c.grpc_max_message(), (1 << 20) + (1 << 20));
         assert_eq!(c.watch_history_bytes(), 16 << 20, "with persistence");
         let c = load_with(&path, "persistence = \"off\"\n", &[]);
@@ -952,16 +961,24 @@ mod tests {
                 "50",
                 "--grpc-threads",
                 "2",
+                "--watch-batch-ms",
+                "2",
             ],
         );
         assert_eq!(c.grpc_addr(), Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!((c.watch_progress_notify_ms, c.grpc_threads), (50, 2));
+        assert_eq!(c.watch_batch_ms, 2);
+        assert_eq!(
+            load_with(&path, "watch_batch_ms = 5\n", &[]).watch_batch_ms,
+            5
+        );
         for (text, key) in [
             ("grpc_listen = \"nowhere\"\n", "grpc_listen"),
             ("grpc_tls_cert = \"/x.pem\"\n", "grpc_tls_cert"),
             ("grpc_max_message_bytes = 100\n", "grpc_max_message_bytes"),
             ("grpc_threads = 2000\n", "grpc_threads"),
             ("watch_progress_notify_ms = 0\n", "watch_progress_notify_ms"),
+            ("watch_batch_ms = 1001\n", "watch_batch_ms"),
         ] {
             let err = load_result(&path, text, &[]).unwrap_err();
             assert!(

@@ -33,6 +33,7 @@ pub async fn prepare(
             // memcached has no limit on keys per get; a gRPC request is one message, so 10,000.
             max_keys_per_request: c.max_keys_per_get.min(10_000),
             progress_notify_interval: Duration::from_millis(c.watch_progress_notify_ms),
+            batch_window: Duration::from_millis(c.watch_batch_ms),
         },
         replica_acks: ctx
             .replication

@@ -650,15 +650,21 @@ async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
         move |n: u64| rng.lock().unwrap().below(n)
     };
     let tmp = tempfile::tempdir().unwrap();
-    let args = [
-        "--persistence",
-        "sync",
-        "--watch-history-mb",
-        "1",
-        "--watch-progress-notify-ms",
-        "20",
-    ];
-    let mut server = Server::start_in(tmp.path(), &args);
+    // Phase 0 without a batch window (streams wake at every write), phase 1 (after the
+    // kill) with one of 3 ms, so every property below holds both ways.
+    let args = |batch_ms: &'static str| {
+        [
+            "--persistence",
+            "sync",
+            "--watch-history-mb",
+            "1",
+            "--watch-progress-notify-ms",
+            "20",
+            "--watch-batch-ms",
+            batch_ms,
+        ]
+    };
+    let mut server = Server::start_in(tmp.path(), &args("0"));
     // The reference: one watch from the first revision on, resumed after the kill.
     let mut reference: Vec<Seen> = Vec::new();
     let mut segments: Vec<(Segment, String)> = Vec::new();
@@ -771,7 +777,7 @@ async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
             while let Ok(e) = ref_rx.try_recv() {
                 reference.push(e);
             }
-            server = Server::start_in(&dir, &args);
+            server = Server::start_in(&dir, &args("3"));
         } else {
             grpc_writer.await.unwrap();
             mc.join().unwrap();
