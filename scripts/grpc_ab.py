@@ -13,7 +13,9 @@ CPU per call. Prints each run, then the median per variant and the ratio to the 
 
 With --fanout W, each round instead runs `watch_bench fanout ADDR w5/ W RATE SECS PID` (W5:
 W watch streams on one prefix, RATE gRPC writes/s for SECS seconds; --rate, --secs) and
-reports the writes/s reached, the delivery latency and the server's CPU per event delivered.
+reports the writes/s reached (open loop), the delivery latency, the server's CPU per event
+delivered (from the first write to the last event) and its RSS growth with one stream that
+never reads.
 
     cargo build --release -p cairn-server -p cairn-bench
     cargo build --release -p cairn-grpc --example watch_bench
@@ -95,15 +97,18 @@ def fanout(args, addr, pid):
                        r"([\d.]+) s", out)
     if during:
         cpu = float(during.group(1))
+    # The server's RSS growth over the writes with one stream that never reads.
+    rss = re.search(r"\(([+-]\d+) KiB\)", out)
     return {"wps": g[1], "events": g[2], "short": g[4], "p50": g[5], "p90": g[6], "p99": g[7],
-            "max": g[9], "us": cpu * 1e6 / max(g[2], 1), "cores": cpu / g[0]}
+            "max": g[9], "us": cpu * 1e6 / max(g[2], 1), "cores": cpu / g[0],
+            "rss_kib": float(rss.group(1)) if rss else 0.0}
 
 
 def main_fanout(args, variants):
     runs = {}
     print("| round | variant | writes/s | events | short | p50 ms | p90 ms | p99 ms | max ms "
-          "| server us/event | server cores |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| server us/event | server cores | RSS +KiB (stalled stream) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
         for name, binary, flags, env in variants:
             p, addr, data = start(binary, flags, env)
@@ -116,15 +121,17 @@ def main_fanout(args, variants):
             runs.setdefault(name, []).append(r)
             print(f"| {rnd} | {name} | {r['wps']:.0f} | {r['events']:.0f} | {r['short']:.0f} "
                   f"| {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['max']:.2f} "
-                  f"| {r['us']:.2f} | {r['cores']:.2f} |", flush=True)
+                  f"| {r['us']:.2f} | {r['cores']:.2f} | {r['rss_kib']:+.0f} |", flush=True)
     print("\nMedians:\n")
-    print("| variant | writes/s | p50 ms | p90 ms | p99 ms | max ms | server us/event |")
-    print("|---|---|---|---|---|---|---|")
+    print("| variant | writes/s | p50 ms | p90 ms | p99 ms | max ms | server us/event "
+          "| RSS +KiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, *_ in variants:
         rs = runs[name]
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         print(f"| {name} | {med['wps']:.0f} | {med['p50']:.2f} | {med['p90']:.2f} "
-              f"| {med['p99']:.2f} | {med['max']:.2f} | {med['us']:.2f} |")
+              f"| {med['p99']:.2f} | {med['max']:.2f} | {med['us']:.2f} "
+              f"| {med['rss_kib']:+.0f} |")
 
 
 def main():
