@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --all-targets
 cargo test --workspace
 # The io_uring connection engine is the default on Linux (where io_uring is allowed): the wire,
-# connection-thread and persistence tests run again on the tokio engine (--io-engine tokio).
+# connection-thread, persistence and flash tests run again on the tokio engine (--io-engine tokio).
 CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta \
-    --test connection_threads --test persistence
+    --test connection_threads --test persistence --test flash
 
 # The Python suite runs on $PYTHON (default python3) if it has the packages, else in a venv under
 # target/ that this script makes: never a pip install into the system's interpreter (Debian's

@@ -45,7 +45,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use device::{AlignedBuf, Device, FaultyDevice, FileDevice, OpenError};
 use format::{SegmentHeader, Superblock, BLOCK};
-pub use reader::Reader;
+pub use reader::{lend_thread_ring, ReadBuf, Reader, ThreadRing};
 
 /// Settings of the tier.
 #[derive(Clone, Debug)]
@@ -198,7 +198,7 @@ counters! {
     flash_too_large: "Items evicted from RAM and dropped because they exceed a flash segment.",
     get_extstore: "Reads from flash that found their item.",
     flash_device_reads: "Reads issued to the flash device for lookups.",
-    flash_reads_own_ring: "Device reads a connection's worker thread submitted to its own io_uring and reaped itself (no other thread involved).",
+    flash_reads_own_ring: "Device reads a connection's thread submitted to its own io_uring (the io_uring engine's connection ring, or the tokio engine worker's flash ring) and reaped itself (no other thread involved).",
     flash_buffered_reads: "Flash lookups served from a segment not yet written.",
     miss_from_extstore: "Flash reads that did not hold the key (another key's hash tag).",
     badcrc_from_extstore: "Flash reads whose item failed its checksum (answered as a miss).",

@@ -1,7 +1,11 @@
 //! Device reads for flash hits, awaited by connections without blocking a tokio worker.
 //!
 //! ```text
-//!   on a current-thread runtime (the server's connection workers), no other thread:
+//!   on a thread whose connection engine lends its own ring ([`ThreadRing`]: the server's
+//!   io_uring engine): the Read SQE joins the thread's socket ops in its next io_uring_enter,
+//!   and the engine wakes the connection's task on the completion, as for a receive
+//!
+//!   on a current-thread runtime (the tokio engine's connection workers), no other thread:
 //!   connection task ── Read SQE + io_uring_enter ──> the worker thread's own ring
 //!        ^                                                │ completion signals an eventfd
 //!        └── reaps the completion itself <── the runtime's reactor sees the eventfd readable
@@ -23,10 +27,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
@@ -71,13 +75,16 @@ impl Reader {
     }
 
     /// Reads `len` bytes (whole blocks) at `offset`; counts in `own_ring` the reads that went
-    /// through the calling worker thread's own ring.
-    pub async fn read(
-        &self,
-        offset: u64,
-        len: usize,
-        own_ring: &AtomicU64,
-    ) -> io::Result<AlignedBuf> {
+    /// through the calling thread's own ring (lent by its engine, or its runtime's).
+    pub async fn read(&self, offset: u64, len: usize, own_ring: &AtomicU64) -> io::Result<ReadBuf> {
+        if let Reader::Uring(r) = self {
+            if r.per_worker {
+                if let Some(read) = LentRead::submit(r.fd, offset, len) {
+                    own_ring.fetch_add(1, Relaxed);
+                    return read?.await;
+                }
+            }
+        }
         let mut buf = AlignedBuf::new(len);
         if let Reader::Uring(r) = self {
             if r.per_worker {
@@ -86,7 +93,7 @@ impl Reader {
                         Ok(id) => {
                             own_ring.fetch_add(1, Relaxed);
                             let (buf, result) = ring.wait(id).await;
-                            return completed(buf, result);
+                            return completed(buf, result).map(ReadBuf::Aligned);
                         }
                         // The ring is full: the shared one takes it.
                         Err(b) => buf = b,
@@ -103,7 +110,132 @@ impl Reader {
         let (buf, result) = rx
             .await
             .map_err(|_| io::Error::other("flash reader stopped"))?;
-        result.map(|()| buf)
+        result.map(|()| ReadBuf::Aligned(buf))
+    }
+}
+
+/// The bytes of one read.
+pub enum ReadBuf {
+    Aligned(AlignedBuf),
+    /// Read through a lent ring, into `len` bytes at `start` of `vec` (a block boundary).
+    InVec { vec: Vec<u8>, start: usize, len: usize },
+}
+
+impl std::ops::Deref for ReadBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBuf::Aligned(b) => b,
+            ReadBuf::InVec { vec, start, len } => &vec[*start..*start + *len],
+        }
+    }
+}
+
+/// A ring of the calling thread's own, lent by the connection engine that runs the thread
+/// (the server's io_uring engine): a flash read submitted to it enters the kernel with the
+/// thread's socket operations, and its completion wakes the reading task the way a receive's
+/// does. Installed per thread with [`lend_thread_ring`]; the ops are the engine's own, by id.
+pub trait ThreadRing {
+    /// Queues `entry`, which points into `buf`'s heap memory; the ring holds `buf` until the
+    /// kernel is done with it. Returns the op's id.
+    fn submit(&self, buf: Vec<u8>, entry: squeue::Entry) -> io::Result<usize>;
+    /// The op's result (a completion's `res`) and its buffer once done; else registers
+    /// `cx`'s waker for the completion.
+    fn poll(&self, id: usize, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)>;
+    /// The op's waiter went away first: the ring cancels it and frees it (and its buffer)
+    /// once the kernel reports it done.
+    fn abandon(&self, id: usize);
+}
+
+thread_local! {
+    /// The ring this thread's engine lent ([`lend_thread_ring`]), with a token that tells it
+    /// from any other thread's (a read's future checks it was not moved off its thread).
+    static LENT_RING: std::cell::RefCell<Option<(u64, Box<dyn ThreadRing>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Makes `ring` this thread's: every flash read awaited on this thread from then on goes
+/// through it. For an engine whose tasks never leave their thread (a read's future panics
+/// if polled on another thread).
+pub fn lend_thread_ring(ring: Box<dyn ThreadRing>) {
+    static TOKENS: AtomicU64 = AtomicU64::new(1);
+    let token = TOKENS.fetch_add(1, Relaxed);
+    LENT_RING.with(|cell| *cell.borrow_mut() = Some((token, ring)));
+}
+
+/// A read submitted to the thread's lent ring; resolves to its bytes.
+struct LentRead {
+    id: usize,
+    token: u64,
+    start: usize,
+    len: usize,
+    done: bool,
+}
+
+impl LentRead {
+    /// Submits a read of `len` bytes of `fd` at `offset` to the thread's lent ring; None if
+    /// the thread has none.
+    fn submit(fd: RawFd, offset: u64, len: usize) -> Option<io::Result<LentRead>> {
+        LENT_RING.with(|cell| {
+            let cell = cell.borrow();
+            let (token, ring) = cell.as_ref()?;
+            // O_DIRECT wants a block-aligned buffer: a block more than needed, read into at
+            // its first block boundary.
+            let mut vec = vec![0u8; len + crate::format::BLOCK];
+            let start = vec.as_ptr().align_offset(crate::format::BLOCK);
+            let entry = opcode::Read::new(types::Fd(fd), vec[start..].as_mut_ptr(), len as u32)
+                .offset(offset)
+                .build();
+            Some(ring.submit(vec, entry).map(|id| LentRead {
+                id,
+                token: *token,
+                start,
+                len,
+                done: false,
+            }))
+        })
+    }
+}
+
+impl std::future::Future for LentRead {
+    type Output = io::Result<ReadBuf>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let polled = LENT_RING.with(|cell| match &*cell.borrow() {
+            Some((token, ring)) if *token == self.token => ring.poll(self.id, cx),
+            _ => panic!("a flash read on a lent ring was polled off its thread"),
+        });
+        let Poll::Ready((result, vec)) = polled else {
+            return Poll::Pending;
+        };
+        self.done = true;
+        let (start, len) = (self.start, self.len);
+        Poll::Ready(if result < 0 {
+            Err(io::Error::from_raw_os_error(-result))
+        } else if result as usize != len {
+            Err(short_read(result, len))
+        } else {
+            Ok(ReadBuf::InVec { vec, start, len })
+        })
+    }
+}
+
+impl Drop for LentRead {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Off its thread (never, by the contract) the op is left to its ring, which keeps the
+        // buffer: a leak rather than memory the kernel may write into.
+        let _ = LENT_RING.try_with(|cell| {
+            if let Ok(cell) = cell.try_borrow() {
+                if let Some((token, ring)) = &*cell {
+                    if *token == self.token {
+                        ring.abandon(self.id);
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -123,13 +255,17 @@ fn completed(buf: AlignedBuf, result: i32) -> io::Result<AlignedBuf> {
     if result < 0 {
         Err(io::Error::from_raw_os_error(-result))
     } else if result as usize != buf.len() {
-        Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("short flash read: {result} of {} bytes", buf.len()),
-        ))
+        Err(short_read(result, buf.len()))
     } else {
         Ok(buf)
     }
+}
+
+fn short_read(result: i32, len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("short flash read: {result} of {len} bytes"),
+    )
 }
 
 /// The io_uring reader: rings of the worker threads, and one thread owning a shared ring

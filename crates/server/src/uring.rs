@@ -22,6 +22,9 @@
 //! future is dropped first (the connection ended) is cancelled, and its slot keeps the buffer
 //! until the kernel reports it done, so the kernel never writes into freed memory.
 //!
+//! Flash reads (cairn-flash) awaited on the thread go through its ring too ([`FlashReads`]):
+//! a get's device read enters the kernel with the socket ops of the same turn.
+//!
 //! The thread enters the main runtime's context, so what the request path awaits from tokio
 //! (timers, `spawn_blocking` for admin checkpoints, tokio's channels) works unchanged; those
 //! wake the task through the Inbox. Plain TCP only: under TLS (`-Z`), and where a ring cannot
@@ -330,6 +333,41 @@ impl Op {
     }
 }
 
+impl Op {
+    /// The op `id` of this thread's ring, submitted earlier and not yet polled to the end.
+    fn resume(id: usize) -> Op {
+        Op {
+            id,
+            done: false,
+            _local: std::marker::PhantomData,
+        }
+    }
+}
+
+/// This thread's ring, lent to the flash tier for its device reads (an op like a receive's).
+struct FlashReads;
+
+impl cairn_flash::ThreadRing for FlashReads {
+    fn submit(&self, buf: Vec<u8>, entry: squeue::Entry) -> io::Result<usize> {
+        let op = Op::submit(buf, entry)?;
+        let id = op.id;
+        std::mem::forget(op);
+        Ok(id)
+    }
+
+    fn poll(&self, id: usize, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)> {
+        let mut op = Op::resume(id);
+        let polled = Pin::new(&mut op).poll(cx);
+        // Still in flight, or done and freed: either way not to be cancelled by this drop.
+        op.done = true;
+        polled
+    }
+
+    fn abandon(&self, id: usize) {
+        drop(Op::resume(id));
+    }
+}
+
 impl Future for Op {
     type Output = (i32, Vec<u8>);
 
@@ -540,6 +578,7 @@ fn run(
     .build()
     .user_data(EVENTFD);
     with_driver(|d| d.push(&eventfd_read))?;
+    cairn_flash::lend_thread_ring(Box::new(FlashReads));
     let mut tasks: Vec<Option<Task>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut this_turn: Vec<usize> = Vec::new();
