@@ -118,7 +118,11 @@ impl Reader {
 pub enum ReadBuf {
     Aligned(AlignedBuf),
     /// Read through a lent ring, into `len` bytes at `start` of `vec` (a block boundary).
-    InVec { vec: Vec<u8>, start: usize, len: usize },
+    InVec {
+        vec: Vec<u8>,
+        start: usize,
+        len: usize,
+    },
 }
 
 impl std::ops::Deref for ReadBuf {
