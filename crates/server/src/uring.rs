@@ -36,11 +36,11 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
 use crate::conns::{Handle, Registry};
@@ -71,12 +71,17 @@ pub fn available() -> io::Result<()> {
 /// io_uring (EPERM), so that the fallback to the tokio engine can be tested anywhere.
 pub const REFUSE_FOR_TESTS: &str = "CAIRN_TEST_REFUSE_IO_URING";
 
+/// For tests and A/B runs: when set, each read is a single-shot receive into the connection's
+/// own buffer (as on a kernel without provided buffer rings) instead of a multishot receive.
+pub const SINGLE_SHOT_FOR_TESTS: &str = "CAIRN_TEST_SINGLE_SHOT_RECV";
+
 /// A connection thread's ring, made on that thread. Single issuer with deferred task work:
 /// the kernel completes this ring's receives and sends only when the thread enters the ring
 /// to wait or submit, instead of interrupting it (an IPI and a task-work run) whenever a
 /// socket becomes ready; the task-run flag tells `submit` when completions are waiting to be
-/// run. A kernel older than 6.1 refuses these flags: a plain ring then.
-fn new_ring() -> io::Result<IoUring> {
+/// run. A kernel older than 6.1 refuses these flags: a plain ring then, and `false` (no
+/// multishot receives either: they came in 6.0, provided buffer rings in 5.19).
+fn new_ring() -> io::Result<(IoUring, bool)> {
     if std::env::var_os(REFUSE_FOR_TESTS).is_some() {
         return Err(io::Error::from_raw_os_error(libc::EPERM));
     }
@@ -85,8 +90,9 @@ fn new_ring() -> io::Result<IoUring> {
         .setup_defer_taskrun()
         .setup_taskrun_flag()
         .build(RING_ENTRIES)
+        .map(|ring| (ring, true))
         .or_else(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => IoUring::new(RING_ENTRIES),
+            Some(libc::EINVAL) => IoUring::new(RING_ENTRIES).map(|ring| (ring, false)),
             _ => Err(e),
         })
 }
@@ -144,7 +150,8 @@ impl Pool {
                     if persist.is_some() {
                         cairn_persist::writes_before_sleeping();
                     }
-                    if let Err(e) = run(s, ring, persist) {
+                    let (ring, recent) = ring;
+                    if let Err(e) = run(s, ring, recent, persist) {
                         tracing::error!("io_uring connection thread stopped: {e}");
                     }
                 })?;
@@ -269,6 +276,103 @@ enum Slot {
     Orphan {
         _buf: Vec<u8>,
     },
+    /// A connection's multishot receive: what arrived and was not read yet (copied out of
+    /// the thread's provided buffers as the completions are reaped).
+    Recv(Box<Arrivals>),
+}
+
+/// What a multishot receive delivered since its socket last read.
+#[derive(Default)]
+struct Arrivals {
+    waker: Option<Waker>,
+    bytes: Vec<u8>,
+    /// The kernel ended the receive (no more completions will come): with `Ok(0)` at end of
+    /// stream, an error, or `Ok(1)` when it only has to be submitted again (the provided
+    /// buffers ran out, or it was cancelled because `bytes` reached [`ARRIVALS_MAX`]).
+    ended: Option<io::Result<usize>>,
+    /// A cancellation was asked for (too much unread input).
+    cancelling: bool,
+    /// The socket was dropped: the slot is freed when the receive ends.
+    orphan: bool,
+}
+
+/// Unread input a connection's multishot receive may hold before it is cancelled, so that a
+/// client whose requests are not being read (its replies are not read either) is held back by
+/// TCP, as with a single-shot receive, instead of filling the server's memory. Submitted again
+/// once the connection has read what arrived.
+const ARRIVALS_MAX: usize = 256 << 10;
+
+/// Provided buffers per thread and their size: multishot receives copy each completion's
+/// bytes out at once and give the buffer back, so a turn needs about one per connection that
+/// received; when they run out, a receive ends with ENOBUFS and is submitted again.
+const RECV_BUFS: u16 = 256;
+const RECV_BUF_SIZE: usize = 2048;
+/// The buffer group id of the thread's provided buffers.
+const RECV_GROUP: u16 = 0;
+
+/// A thread's ring of provided buffers (`IORING_REGISTER_PBUF_RING`) for multishot receives.
+struct BufRing {
+    /// The ring's entries, page-aligned as the kernel requires; never freed (see `run`).
+    entries: *mut types::BufRingEntry,
+    /// The buffers, `RECV_BUF_SIZE` each.
+    memory: Box<[u8]>,
+    tail: u16,
+}
+
+impl BufRing {
+    /// Registers the ring with `ring`; an error where the kernel has no buffer rings (< 5.19).
+    fn register(ring: &IoUring) -> io::Result<BufRing> {
+        let layout = std::alloc::Layout::from_size_align(
+            RECV_BUFS as usize * std::mem::size_of::<types::BufRingEntry>(),
+            4096,
+        )
+        .map_err(io::Error::other)?;
+        // SAFETY: the layout has a non-zero size.
+        let entries = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<types::BufRingEntry>();
+        if entries.is_null() {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        let mut bufs = BufRing {
+            entries,
+            memory: vec![0u8; RECV_BUFS as usize * RECV_BUF_SIZE].into_boxed_slice(),
+            tail: 0,
+        };
+        // SAFETY: the entries and the buffers are leaked with the ring (never freed under it).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                entries as u64,
+                RECV_BUFS,
+                RECV_GROUP,
+                0,
+            )?
+        };
+        for bid in 0..RECV_BUFS {
+            bufs.give_back(bid);
+        }
+        Ok(bufs)
+    }
+
+    /// The bytes the kernel put in buffer `bid`.
+    fn data(&self, bid: u16, len: usize) -> &[u8] {
+        let start = bid as usize * RECV_BUF_SIZE;
+        &self.memory[start..start + len.min(RECV_BUF_SIZE)]
+    }
+
+    /// Returns buffer `bid` to the kernel.
+    fn give_back(&mut self, bid: u16) {
+        let mask = RECV_BUFS - 1;
+        // SAFETY: the index is within the ring; the kernel reads entries only up to the tail,
+        // which is published after the entry is written.
+        unsafe {
+            let entry = &mut *self.entries.add((self.tail & mask) as usize);
+            entry.set_addr(self.memory.as_ptr().add(bid as usize * RECV_BUF_SIZE) as u64);
+            entry.set_len(RECV_BUF_SIZE as u32);
+            entry.set_bid(bid);
+            self.tail = self.tail.wrapping_add(1);
+            let tail = types::BufRingEntry::tail(self.entries).cast_mut();
+            std::sync::atomic::AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
+        }
+    }
 }
 
 /// This thread's ring and op slots.
@@ -276,6 +380,9 @@ struct Driver {
     ring: IoUring,
     slots: Vec<Slot>,
     free: Vec<usize>,
+    /// Provided buffers for multishot receives; `None` where the kernel has none (a
+    /// single-shot receive per read then).
+    bufs: Option<BufRing>,
 }
 
 thread_local! {
@@ -287,11 +394,70 @@ impl Driver {
     /// Queues an entry, submitting the queue first if it is full.
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
         // SAFETY: every entry points into a buffer held by its slot (or by the thread, for
-        // the eventfd read) until its completion is reaped.
+        // the eventfd read, or by the provided buffer ring) until its completion is reaped.
         while unsafe { self.ring.submission().push(entry) }.is_err() {
             self.ring.submit()?;
         }
         Ok(())
+    }
+
+    /// A free slot's id.
+    fn slot(&mut self) -> usize {
+        self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot::Free);
+            self.slots.len() - 1
+        })
+    }
+
+    /// Handles one completion; returns the waker of the task it is for, if any.
+    fn complete(&mut self, id: usize, res: i32, flags: u32) -> Option<Waker> {
+        let more = cqueue::more(flags);
+        let bid = cqueue::buffer_select(flags);
+        match std::mem::replace(&mut self.slots[id], Slot::Free) {
+            Slot::Waiting { waker, buf } => {
+                self.slots[id] = Slot::Done { result: res, buf };
+                waker
+            }
+            Slot::Orphan { .. } => {
+                self.free.push(id);
+                None
+            }
+            Slot::Recv(mut a) => {
+                if let (Some(bid), Some(bufs)) = (bid, self.bufs.as_mut()) {
+                    if res > 0 {
+                        a.bytes.extend_from_slice(bufs.data(bid, res as usize));
+                    }
+                    bufs.give_back(bid);
+                }
+                if !more {
+                    a.ended = Some(match res {
+                        0 => Ok(0),
+                        r if r > 0 => Ok(1),
+                        r if r == -libc::ENOBUFS || (r == -libc::ECANCELED && a.cancelling) => {
+                            Ok(1)
+                        }
+                        r => Err(io::Error::from_raw_os_error(-r)),
+                    });
+                    if a.orphan {
+                        self.free.push(id);
+                        return None;
+                    }
+                } else if a.bytes.len() >= ARRIVALS_MAX && !a.cancelling && !a.orphan {
+                    a.cancelling = true;
+                    let cancel = opcode::AsyncCancel::new(id as u64)
+                        .build()
+                        .user_data(CANCEL);
+                    let _ = self.push(&cancel);
+                }
+                let waker = a.waker.take();
+                self.slots[id] = Slot::Recv(a);
+                waker
+            }
+            other => {
+                self.slots[id] = other;
+                None
+            }
+        }
     }
 }
 
@@ -311,13 +477,7 @@ impl Op {
             let d = d
                 .as_mut()
                 .ok_or_else(|| io::Error::other("not an io_uring connection thread"))?;
-            let id = match d.free.pop() {
-                Some(id) => id,
-                None => {
-                    d.slots.push(Slot::Free);
-                    d.slots.len() - 1
-                }
-            };
+            let id = d.slot();
             d.slots[id] = Slot::Waiting { waker: None, buf };
             if let Err(e) = d.push(&entry.user_data(id as u64)) {
                 d.slots[id] = Slot::Free;
@@ -445,6 +605,8 @@ pub struct Socket {
     in_flight: Option<(Op, usize)>,
     /// The connection's next output buffer while the last one is being sent.
     spare: Vec<u8>,
+    /// The slot of its multishot receive, from the first read until the receive ends.
+    recv: Option<usize>,
 }
 
 impl Socket {
@@ -457,6 +619,7 @@ impl Socket {
             tcp,
             in_flight: None,
             spare: Vec::new(),
+            recv: None,
         })
     }
 
@@ -497,6 +660,92 @@ impl Socket {
     }
 }
 
+impl Socket {
+    /// The multishot read: moves what arrived into `buf`, or submits the receive (the first
+    /// time, or after the kernel ended it), or waits.
+    fn poll_arrivals(
+        &mut self,
+        buf: &mut Vec<u8>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let fd = self.fd();
+        with_driver(|d| loop {
+            let Some(id) = self.recv else {
+                let id = d.slot();
+                d.slots[id] = Slot::Recv(Box::default());
+                let entry = opcode::RecvMulti::new(fd, RECV_GROUP).build();
+                if let Err(e) = d.push(&entry.user_data(id as u64)) {
+                    d.slots[id] = Slot::Free;
+                    d.free.push(id);
+                    return Poll::Ready(Err(e));
+                }
+                self.recv = Some(id);
+                continue;
+            };
+            let Slot::Recv(a) = &mut d.slots[id] else {
+                return Poll::Ready(Err(io::Error::other("io_uring receive slot lost")));
+            };
+            if !a.bytes.is_empty() {
+                let n = a.bytes.len();
+                buf.extend_from_slice(&a.bytes);
+                a.bytes.clear();
+                return Poll::Ready(Ok(n));
+            }
+            match a.ended.take() {
+                None => {
+                    if !a.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        a.waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                Some(ended) => {
+                    d.slots[id] = Slot::Free;
+                    d.free.push(id);
+                    self.recv = None;
+                    match ended {
+                        Ok(1) => continue,
+                        other => return Poll::Ready(other),
+                    }
+                }
+            }
+        })
+    }
+}
+
+impl Drop for Socket {
+    /// A multishot receive still submitted is cancelled; its slot goes when the kernel ends it.
+    fn drop(&mut self) {
+        let Some(id) = self.recv else {
+            return;
+        };
+        DRIVER.with(|d| {
+            let Ok(mut d) = d.try_borrow_mut() else {
+                return;
+            };
+            let Some(d) = d.as_mut() else {
+                return;
+            };
+            let ended = match &mut d.slots[id] {
+                Slot::Recv(a) => {
+                    a.orphan = true;
+                    a.waker = None;
+                    a.ended.is_some()
+                }
+                _ => return,
+            };
+            if ended {
+                d.slots[id] = Slot::Free;
+                d.free.push(id);
+            } else {
+                let cancel = opcode::AsyncCancel::new(id as u64)
+                    .build()
+                    .user_data(CANCEL);
+                let _ = d.push(&cancel);
+            }
+        });
+    }
+}
+
 /// A completion's result as io::Result.
 fn result(res: i32) -> io::Result<usize> {
     if res < 0 {
@@ -512,6 +761,9 @@ impl Transport for Socket {
     }
 
     async fn read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        if with_driver(|d| d.bufs.is_some()) {
+            return std::future::poll_fn(|cx| self.poll_arrivals(buf, cx)).await;
+        }
         let mut owned = std::mem::take(buf);
         if owned.capacity() == owned.len() {
             owned.reserve(4096);
@@ -557,14 +809,23 @@ struct Task {
 fn run(
     shared: Arc<Shared>,
     ring: IoUring,
+    multishot: bool,
     persist: Option<Arc<cairn_persist::Persistence>>,
 ) -> io::Result<()> {
     READY.with(|r| r.borrow_mut().owner = Arc::as_ptr(&shared) as usize);
+    // Multishot receives on a kernel that has them (see `new_ring`) and lets the buffer
+    // ring be registered; single-shot receives otherwise.
+    let bufs = if !multishot || std::env::var_os(SINGLE_SHOT_FOR_TESTS).is_some() {
+        None
+    } else {
+        BufRing::register(&ring).ok()
+    };
     DRIVER.with(|d| {
         *d.borrow_mut() = Some(Driver {
             ring,
             slots: Vec::new(),
             free: Vec::new(),
+            bufs,
         })
     });
     // The eventfd read, always pending: another thread's wake completes it. Its 8 bytes
@@ -582,7 +843,7 @@ fn run(
     let mut tasks: Vec<Option<Task>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut this_turn: Vec<usize> = Vec::new();
-    let mut completions: Vec<(u64, i32)> = Vec::new();
+    let mut completions: Vec<(u64, i32, u32)> = Vec::new();
     let mut turn = 0u64;
     let result = loop {
         turn += 1;
@@ -657,23 +918,17 @@ fn run(
         // Reap, then wake outside the driver's borrow.
         let mut wakers: Vec<Waker> = Vec::new();
         let rearm = with_driver(|d| {
-            completions.extend(d.ring.completion().map(|c| (c.user_data(), c.result())));
+            completions.extend(
+                d.ring
+                    .completion()
+                    .map(|c| (c.user_data(), c.result(), c.flags())),
+            );
             let mut rearm = false;
-            for (data, res) in completions.drain(..) {
+            for (data, res, flags) in completions.drain(..) {
                 match data {
                     EVENTFD => rearm = true,
                     CANCEL => {}
-                    id => {
-                        let id = id as usize;
-                        match std::mem::replace(&mut d.slots[id], Slot::Free) {
-                            Slot::Waiting { waker, buf } => {
-                                d.slots[id] = Slot::Done { result: res, buf };
-                                wakers.extend(waker);
-                            }
-                            Slot::Orphan { .. } => d.free.push(id),
-                            other => d.slots[id] = other,
-                        }
-                    }
+                    id => wakers.extend(d.complete(id as usize, res, flags)),
                 }
             }
             rearm
@@ -692,6 +947,7 @@ fn run(
     if let Some(d) = DRIVER.with(|d| d.borrow_mut().take()) {
         drop(d.ring);
         std::mem::forget(d.slots);
+        std::mem::forget(d.bufs);
     }
     result
 }

@@ -26,19 +26,33 @@ fn uring() -> bool {
 
 #[test]
 fn large_values_a_flushed_multi_get_and_a_pipeline() {
+    large_values_multi_get_and_pipeline(&[]);
+}
+
+/// The same with a single-shot receive per read (as on a kernel without provided buffer
+/// rings) instead of the multishot receive.
+#[test]
+fn single_shot_receives_serve_the_same() {
+    large_values_multi_get_and_pipeline(&[(cairn_server::uring::SINGLE_SHOT_FOR_TESTS, "1")]);
+}
+
+fn large_values_multi_get_and_pipeline(env: &[(&str, &str)]) {
     if !uring() {
         return;
     }
-    let server = Server::start(&[
-        "--io-engine",
-        "uring",
-        "--persistence",
-        "off",
-        "-t",
-        "2",
-        "--output-buffer-max",
-        "65536",
-    ]);
+    let server = Server::start_with_env(
+        env,
+        &[
+            "--io-engine",
+            "uring",
+            "--persistence",
+            "off",
+            "-t",
+            "2",
+            "--output-buffer-max",
+            "65536",
+        ],
+    );
     let mut c = server.connect();
     let big = "v".repeat(900_000);
     golden(
