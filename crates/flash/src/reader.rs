@@ -760,6 +760,7 @@ impl Drop for Abandon<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
 
     fn pipe() -> (OwnedFd, OwnedFd) {
         let mut fds = [0; 2];
@@ -775,6 +776,124 @@ mod tests {
             unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr().cast(), 1) },
             1
         );
+    }
+
+    /// A ring lent the way the server's io_uring engine lends its own: ops by id, each
+    /// buffer held until the kernel is done with it (busy-polled: a test's executor).
+    #[derive(Default)]
+    struct TestRing {
+        ring: std::cell::RefCell<Option<IoUring>>,
+        ops: std::cell::RefCell<Vec<TestOp>>,
+        abandoned: Arc<AtomicU64>,
+    }
+
+    enum TestOp {
+        Waiting(Vec<u8>),
+        Done(i32, Vec<u8>),
+        Abandoned { _buf: Vec<u8> },
+        Free,
+    }
+
+    impl TestRing {
+        fn reap(&self) {
+            let mut ring = self.ring.borrow_mut();
+            let ring = ring.get_or_insert_with(|| IoUring::new(8).unwrap());
+            let mut ops = self.ops.borrow_mut();
+            for c in ring.completion() {
+                let op = &mut ops[c.user_data() as usize];
+                *op = match std::mem::replace(op, TestOp::Free) {
+                    TestOp::Waiting(buf) => TestOp::Done(c.result(), buf),
+                    _ => TestOp::Free,
+                };
+            }
+        }
+    }
+
+    impl ThreadRing for TestRing {
+        fn submit(&self, buf: Vec<u8>, entry: squeue::Entry) -> io::Result<usize> {
+            self.reap();
+            let mut ops = self.ops.borrow_mut();
+            let id = ops.len();
+            let mut ring = self.ring.borrow_mut();
+            let ring = ring.as_mut().unwrap();
+            // SAFETY: `buf` is kept in `ops[id]` until the completion is reaped.
+            unsafe { ring.submission().push(&entry.user_data(id as u64)) }.unwrap();
+            ops.push(TestOp::Waiting(buf));
+            ring.submit()?;
+            Ok(id)
+        }
+
+        fn poll(&self, id: usize, cx: &mut Context<'_>) -> Poll<(i32, Vec<u8>)> {
+            self.reap();
+            let mut ops = self.ops.borrow_mut();
+            match std::mem::replace(&mut ops[id], TestOp::Free) {
+                TestOp::Done(res, buf) => Poll::Ready((res, buf)),
+                other => {
+                    ops[id] = other;
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            }
+        }
+
+        fn abandon(&self, id: usize) {
+            let mut ops = self.ops.borrow_mut();
+            if let TestOp::Waiting(buf) = std::mem::replace(&mut ops[id], TestOp::Free) {
+                ops[id] = TestOp::Abandoned { _buf: buf };
+            }
+            self.abandoned.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// With a ring lent to the thread, a read goes through it (counted as the thread's own)
+    /// and yields the bytes at its offset; a read dropped in flight is left to the ring; a
+    /// read moved to another thread is refused there, not served by that thread's ring.
+    #[test]
+    fn reads_go_through_the_ring_the_thread_lent() {
+        let block = crate::format::BLOCK;
+        let mut file = tempfile::tempfile().unwrap();
+        let mut bytes = vec![0xAAu8; block];
+        bytes.extend(vec![0xBBu8; block]);
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        let reader = Reader::Uring(UringReader::start(file.as_raw_fd()).unwrap());
+        let ring = TestRing::default();
+        let abandoned = Arc::clone(&ring.abandoned);
+        lend_thread_ring(Box::new(ring));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let own = AtomicU64::new(0);
+        let got = rt.block_on(reader.read(block as u64, block, &own)).unwrap();
+        assert_eq!(&got[..], &bytes[block..]);
+        assert_eq!(own.load(Relaxed), 1, "the read went through the lent ring");
+        assert!(matches!(got, ReadBuf::InVec { .. }));
+
+        let (rd, wr) = pipe();
+        let mut waiting = Box::pin(LentRead::submit(rd.as_raw_fd(), 0, block).unwrap().unwrap());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        drop(waiting);
+        assert_eq!(
+            abandoned.load(Relaxed),
+            1,
+            "a dropped read is left to the ring"
+        );
+
+        let moved = LentRead::submit(rd.as_raw_fd(), 0, block).unwrap().unwrap();
+        let polled_elsewhere = std::thread::spawn(move || {
+            let mut moved = Box::pin(moved);
+            let _ = moved.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        })
+        .join();
+        assert!(polled_elsewhere.is_err(), "polled off its thread: a panic");
+        assert_eq!(
+            abandoned.load(Relaxed),
+            1,
+            "not abandoned to another thread's ring"
+        );
+        write_byte(&wr);
+        write_byte(&wr);
     }
 
     /// Two reads in flight on one thread's ring, the second waiter registered last on the
