@@ -155,6 +155,76 @@ fn acknowledged_writes_survive_a_kill() {
     );
 }
 
+/// Async persistence on the ring: each connection thread hands its requests' log records to
+/// the kernel itself, once per turn, and answers the requests that write covered in that same
+/// turn (a second pass over the tasks it woke, which may append more). A STORED came only
+/// once its record was written (it survives kill -9), and no reply waits for the log's
+/// syncer: its flush interval is a minute here, so a thread that went to sleep on records it
+/// had appended would leave its replies waiting past the client's read timeout.
+#[test]
+fn async_writes_are_acknowledged_once_written_without_waiting_for_the_syncer() {
+    if !uring() {
+        return;
+    }
+    let args = [
+        "--io-engine",
+        "uring",
+        "--persistence",
+        "async",
+        "--async-flush-ms",
+        "60000",
+        "-t",
+        "2",
+    ];
+    let mut server = Server::start(&args);
+    let dir = server.dir.clone();
+    let clients: Vec<_> = (0..4)
+        .map(|t| {
+            let mut c = server.connect();
+            std::thread::spawn(move || {
+                for round in 0..3 {
+                    // A pipeline of writes and reads in one send: the thread appends, writes
+                    // and answers it over several turns.
+                    let (mut pipeline, mut expect) = (String::new(), String::new());
+                    for i in 0..400 {
+                        let (k, v) = (format!("c{t}-{round}-{i}"), format!("v{i}"));
+                        pipeline
+                            .push_str(&format!("set {k} 0 0 {}\r\n{v}\r\nget {k}\r\n", v.len()));
+                        expect.push_str(&format!(
+                            "STORED\r\nVALUE {k} 0 {}\r\n{v}\r\nEND\r\n",
+                            v.len()
+                        ));
+                    }
+                    c.send(pipeline.as_bytes());
+                    let got =
+                        c.read_until(format!("c{t}-{round}-399 0 4\r\nv399\r\nEND\r\n").as_bytes());
+                    assert_eq!(String::from_utf8(got).unwrap(), expect);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    // kill -9, keeping `server` (and so its temporary folder) for the restart.
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let again = Server::start_in(&dir, &args);
+    let mut c = again.connect();
+    for t in 0..4 {
+        for round in 0..3 {
+            let keys: Vec<String> = (0..400).map(|i| format!("c{t}-{round}-{i}")).collect();
+            c.send(format!("get {}\r\n", keys.join(" ")).as_bytes());
+            let got = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+            assert_eq!(
+                got.matches("VALUE ").count(),
+                400,
+                "{t}-{round} lost writes"
+            );
+        }
+    }
+}
+
 /// The engine in force, as `stats settings` reports it.
 fn engine_in_force(server: &Server) -> String {
     let mut c = server.connect();

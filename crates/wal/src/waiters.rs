@@ -2,8 +2,8 @@
 //!
 //! ```text
 //!   waiter:  Reach(mark, lsn).poll ──> mark >= lsn? Ready : register (lsn, waker) ──> Pending
-//!            done or dropped: leave ──> drop its own entry, pass the wake on to FAN_OUT more
-//!   syncer:  mark.advance(n) ──> wake the first FAN_OUT entries at <= n (each is removed)
+//!            done or dropped: leave ──> drop its own entry, pass a wake on to FAN_OUT more
+//!   syncer:  mark.advance(n) ──> take every entry at <= n out under one lock, wake each
 //!            log stops (poisoned, closed, panicked) ──> wake_all: each sees the stop
 //!   thread:  block_on(Reach) = poll with a waker that unparks the thread, park, poll again
 //! ```
@@ -16,17 +16,19 @@
 //! thread ([`block_on`]). Each waiter is woken once, when its own LSN is covered, instead of
 //! every waiter on every batch: with group commit most of them belong to the next batch.
 //!
-//! The wake-ups fan out: the syncer wakes only a few waiters and goes back to the next batch;
-//! each woken waiter, once it has seen its LSN covered, wakes a few more. Measured with 64
-//! threads on 2 cores, durable 100-byte appends per second (`cairn-wal-bench --sizes=100`,
-//! three runs each, buffered and O_DIRECT, on the thread-only registry this one replaced):
-//! fan-out 2: 169-210K; 8: 196-233K; 64 (the syncer wakes everyone): 188-218K; a condition
-//! variable on the state lock: 86-145K.
+//! The thread that advances a mark wakes every waiter it covers, at once. The waiters are
+//! mostly connection tasks: waking one is a push onto its thread's queue (on the io_uring
+//! engine, an Inbox push, and one eventfd write for a thread that sleeps), so the syncer
+//! wakes a whole group's requests on both connection threads in one go. An earlier registry
+//! woke [`FAN_OUT`] and let each woken waiter wake more: a chain of hops between the
+//! connection threads, each a scheduling delay on 2 shared cores (A/B in docs/BENCHMARKS.md,
+//! "SYNC's wakes"). A waiter that finds its LSN covered on its own (the mark moved before its
+//! wake came) still passes a wake on to up to [`FAN_OUT`] covered others as it leaves, so no
+//! entry waits for an advance that already happened.
 //!
 //! Every entry belongs to a waiter that has not finished (one that finishes or is dropped
-//! removes its own entry and passes the wake on), so each wake reaches someone who passes it
-//! on. A wake that comes after a waiter found its LSN covered on its own is harmless: a waiter
-//! always looks at the mark again.
+//! removes its own entry). A wake that comes after a waiter found its LSN covered on its own
+//! is harmless: a waiter always looks at the mark again.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -40,7 +42,7 @@ use parking_lot::Mutex;
 
 use crate::Lsn;
 
-/// Waiters each waker wakes (see the module doc).
+/// Covered waiters a leaving waiter wakes (see the module doc).
 pub const FAN_OUT: usize = 8;
 
 /// A key of the registry: (LSN waited for, arrival number).
@@ -72,10 +74,21 @@ impl Watermark {
         self.value.load(Ordering::Acquire)
     }
 
-    /// Raises the mark to `to` (never lowers it) and wakes up to [`FAN_OUT`] covered waiters.
+    /// Raises the mark to `to` (never lowers it) and wakes every waiter it covers.
     pub fn advance(&self, to: Lsn) {
         let now = self.value.fetch_max(to, Ordering::AcqRel).max(to);
-        self.wake(None, now);
+        let covered = {
+            let mut g = self.waiters.lock();
+            // The entries above the mark stay: keys from (now + 1, 0) on.
+            let above = match now.checked_add(1) {
+                Some(next) => g.waiting.split_off(&(next, 0)),
+                None => BTreeMap::new(),
+            };
+            std::mem::replace(&mut g.waiting, above)
+        };
+        for w in covered.into_values() {
+            w.wake();
+        }
     }
 
     /// Registers a waiter for `lsn`; the caller looks at the mark again afterwards, so a wake
@@ -103,16 +116,14 @@ impl Watermark {
     /// A waiter is done (or gone): drops its entry if a wake did not take it already, and
     /// passes the wake on to up to [`FAN_OUT`] covered others.
     fn leave(&self, key: Key) {
-        self.wake(Some(key), self.get());
+        self.wake(key, self.get());
     }
 
-    fn wake(&self, leaving: Option<Key>, mark: Lsn) {
+    fn wake(&self, leaving: Key, mark: Lsn) {
         let mut ready: [Option<Waker>; FAN_OUT] = Default::default();
         {
             let mut g = self.waiters.lock();
-            if let Some(key) = leaving {
-                g.waiting.remove(&key);
-            }
+            g.waiting.remove(&leaving);
             for slot in ready.iter_mut() {
                 match g.waiting.first_entry() {
                     Some(e) if e.key().0 <= mark => *slot = Some(e.remove()),
@@ -261,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn covered_threads_wake_each_other_and_no_other() {
+    fn covered_threads_are_woken_and_no_other() {
         let mark = Arc::new(Watermark::new(0));
         let flag = Arc::new(Flag::default());
         let spawn = |lsn: Lsn| {
@@ -273,7 +284,7 @@ mod tests {
         while mark.waiting() < 21 {
             std::thread::yield_now();
         }
-        // The syncer wakes FAN_OUT; the woken pass it on until all 20 covered ones are out.
+        // The syncer wakes all 20 covered ones at once.
         mark.advance(20);
         for t in early {
             t.join().unwrap().unwrap();
@@ -285,24 +296,43 @@ mod tests {
         assert_eq!(late.join().unwrap(), Err(crate::WalError::Closed));
     }
 
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicU64);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     #[test]
-    fn a_waiter_dropped_after_its_wake_passes_it_on() {
+    fn an_advance_wakes_every_covered_waiter_itself_and_no_other() {
         let mark = Watermark::new(0);
         let flag = Flag::default();
-        let noop = Waker::noop();
-        let mut cx = Context::from_waker(noop);
-        let mut waiters: Vec<_> = (1..=2 * FAN_OUT as Lsn)
+        let counts: Vec<Arc<Count>> = (0..3 * FAN_OUT).map(|_| Arc::default()).collect();
+        let mut waiters: Vec<_> = (1..=3 * FAN_OUT as Lsn)
             .map(|lsn| Box::pin(reach(&mark, &flag, lsn)))
             .collect();
-        for w in &mut waiters {
-            assert!(w.as_mut().poll(&mut cx).is_pending());
+        for (w, count) in waiters.iter_mut().zip(&counts) {
+            let waker = Waker::from(Arc::clone(count));
+            assert!(w
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
         }
+        // More covered waiters than FAN_OUT, none of them polled after the advance: every
+        // covered one is woken by the advance itself, exactly once, and no later one.
         mark.advance(2 * FAN_OUT as Lsn);
-        // The first FAN_OUT entries were taken by the wake; dropping those waiters unpolled
-        // must still take the rest out (each drop passes the wake on).
+        let woken: Vec<u64> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(woken[..2 * FAN_OUT], vec![1; 2 * FAN_OUT]);
+        assert_eq!(woken[2 * FAN_OUT..], vec![0; FAN_OUT]);
         assert_eq!(mark.waiting(), FAN_OUT);
-        waiters.truncate(FAN_OUT);
+        // Dropping the woken waiters unpolled leaves the later entries alone.
+        let later = waiters.split_off(2 * FAN_OUT);
         drop(waiters);
+        assert_eq!(mark.waiting(), FAN_OUT);
+        drop(later);
         assert_eq!(mark.waiting(), 0);
     }
 
