@@ -97,18 +97,21 @@ def fanout(args, addr, pid):
                        r"([\d.]+) s", out)
     if during:
         cpu = float(during.group(1))
+    own = re.search(r"this client's CPU over the same span: ([\d.]+) s", out)
+    client_cores = float(own.group(1)) / g[0] if own else 0.0
     # The server's RSS growth over the writes with one stream that never reads.
     rss = re.search(r"\(([+-]\d+) KiB\)", out)
     return {"wps": g[1], "events": g[2], "short": g[4], "p50": g[5], "p90": g[6], "p99": g[7],
             "max": g[9], "us": cpu * 1e6 / max(g[2], 1), "cores": cpu / g[0],
+            "client_cores": client_cores,
             "rss_kib": float(rss.group(1)) if rss else 0.0}
 
 
 def main_fanout(args, variants):
     runs = {}
     print("| round | variant | writes/s | events | short | p50 ms | p90 ms | p99 ms | max ms "
-          "| server us/event | server cores | RSS +KiB (stalled stream) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| server us/event | server cores | client cores | RSS +KiB (stalled stream) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
         for name, binary, flags, env in variants:
             p, addr, data = start(binary, flags, env)
@@ -121,7 +124,8 @@ def main_fanout(args, variants):
             runs.setdefault(name, []).append(r)
             print(f"| {rnd} | {name} | {r['wps']:.0f} | {r['events']:.0f} | {r['short']:.0f} "
                   f"| {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['max']:.2f} "
-                  f"| {r['us']:.2f} | {r['cores']:.2f} | {r['rss_kib']:+.0f} |", flush=True)
+                  f"| {r['us']:.2f} | {r['cores']:.2f} | {r['client_cores']:.2f} "
+                  f"| {r['rss_kib']:+.0f} |", flush=True)
     print("\nMedians:\n")
     print("| variant | writes/s | p50 ms | p90 ms | p99 ms | max ms | server us/event "
           "| RSS +KiB |")

@@ -214,6 +214,7 @@ async fn fanout(
     let stalled = watch(channel(addr).await?, prefix_watch(prefix, false)).await?;
     let rss_before = pid.and_then(rss_kib);
     let cpu_before = pid.and_then(cpu_secs);
+    let own_cpu_before = cpu_secs(std::process::id());
     // Open loop: write i is due at start + i / rate whether or not the ones before it were
     // answered, and its value is that due time, so a late send counts as delivery latency
     // (no coordinated omission).
@@ -251,6 +252,7 @@ async fn fanout(
     }
     let rss_after = pid.and_then(rss_kib);
     let cpu_after = pid.and_then(cpu_secs);
+    let own_cpu_after = cpu_secs(std::process::id());
     drop(stalled);
     all.sort_unstable();
     let pct = |p: f64| all[((all.len() - 1) as f64 * p) as usize] as f64 / 1e6;
@@ -271,6 +273,13 @@ async fn fanout(
         println!(
             "server CPU from the first write to the last event delivered: {:.2} s, {:.2} us per \
              event",
+            b - a,
+            (b - a) * 1e6 / all.len().max(1) as f64
+        );
+    }
+    if let (Some(a), Some(b)) = (own_cpu_before, own_cpu_after) {
+        println!(
+            "this client's CPU over the same span: {:.2} s, {:.2} us per event",
             b - a,
             (b - a) * 1e6 / all.len().max(1) as f64
         );
