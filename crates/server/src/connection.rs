@@ -98,6 +98,12 @@ async fn answer_until_closed<S: Transport>(
 ) {
     // Input bytes read since this task last let others run on its worker thread.
     let mut read_since_yield = 0usize;
+    // Shutdown, while the connection waits for its client: one future for the connection's
+    // life (a fresh one per read would register and unregister a waiter on the watch each
+    // time), polled only while the read is not ready (`biased`).
+    let mut signal = shutdown.clone();
+    let stopping = signal.changed();
+    tokio::pin!(stopping);
     loop {
         let flow = match answer_batch(ctx, c).await {
             Ok(flow) => flow,
@@ -121,6 +127,7 @@ async fn answer_until_closed<S: Transport>(
             c.input.reserve(READ_CHUNK);
         }
         tokio::select! {
+            biased;
             read = c.stream.read_buf(&mut c.input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
@@ -131,7 +138,7 @@ async fn answer_until_closed<S: Transport>(
                     read_since_yield += n;
                 }
             },
-            _ = shutdown.changed() => return,
+            _ = &mut stopping => return,
         }
     }
 }
