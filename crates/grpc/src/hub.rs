@@ -37,6 +37,9 @@ use cairn_store::{DeleteReason, ItemMeta, Mutation, MutationSink, PrevItem, Revi
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
+use crate::pb;
+use crate::wire::{self, EventFields, KeyValueFields};
+
 /// What happened at one revision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -71,52 +74,59 @@ pub struct Event {
     /// The item before the mutation, if there was one (None for events read from the log,
     /// which does not keep it).
     pub prev: Option<ItemState>,
+    /// The event as a `cairn.v1.Event` on the wire, made once here and copied into the
+    /// response of every watch that sends it (crate::wire). `key` and the values above are
+    /// slices of it, so it is the event's only buffer.
+    wire: Bytes,
+    /// `wire[prev_at..tail_at]` is the prev_kv field (empty without a previous item); a
+    /// watch without prev_kv sends `wire` without it.
+    prev_at: u32,
+    tail_at: u32,
 }
 
-/// Memory an event holds beyond its key and values, for the ring's bound, counted as the
-/// allocator sees it so that `--watch-history-mb` bounds the real memory:
+/// Memory an event holds besides its wire bytes' allocation, for the ring's bound, counted
+/// as the allocator sees it so that `--watch-history-mb` bounds the real memory:
 /// - the `Arc<Event>` allocation (two counts and the event);
-/// - the shared header `bytes` allocates when the event's buffer is first sliced (32 B);
-/// - the ring's slot (one pointer);
-/// - glibc malloc's 8 B header on each of the three allocations, each rounded up to 16 B
-///   (counted as 16 per allocation).
-const EVENT_OVERHEAD_BYTES: usize = 2 * size_of::<usize>()
-    + size_of::<Event>()
-    + 32
-    + size_of::<Arc<Event>>()
-    + 3 * MALLOC_CHUNK_OVERHEAD_BYTES;
+/// - the shared header `bytes` allocates when the event's buffer is first sliced (3 words);
+/// - the ring's slot (one pointer).
+const EVENT_FIXED_BYTES: usize = malloc_bytes(2 * size_of::<usize>() + size_of::<Event>())
+    + malloc_bytes(3 * size_of::<usize>())
+    + size_of::<Arc<Event>>();
 
-/// What glibc malloc adds to an allocation on average: an 8 B header, and the size rounded up
-/// to 16 B.
-const MALLOC_CHUNK_OVERHEAD_BYTES: usize = 16;
+/// What glibc malloc holds for a request of `n` bytes: `n` and its 8 B header, rounded up to
+/// 16 B, at least 32 B.
+const fn malloc_bytes(n: usize) -> usize {
+    let held = (n + 8).div_ceil(16) * 16;
+    if held < 32 {
+        32
+    } else {
+        held
+    }
+}
+
+/// An item's fields as the wire writes them.
+fn kv_fields<'a>(
+    key: &'a [u8],
+    value: &'a [u8],
+    meta: &ItemMeta,
+    rev: Revision,
+) -> KeyValueFields<'a> {
+    KeyValueFields {
+        key,
+        value,
+        flags: meta.flags,
+        expires_at: meta.exptime,
+        cas: meta.cas,
+        mod_revision: rev,
+        stale: meta.stale,
+    }
+}
 
 impl Event {
     /// Builds the event of a store mutation; None for a mutation that is no event (a
     /// scheduled flush: its effect comes later as a Flush).
     pub fn from_mutation(m: &Mutation<'_>, revision: Revision) -> Option<Event> {
-        // One buffer for key, value and previous value; the parts are slices of it.
-        let state =
-            |buf: &Bytes, at: usize, len: usize, meta: &ItemMeta, rev: Revision| ItemState {
-                value: buf.slice(at..at + len),
-                flags: meta.flags,
-                exptime: meta.exptime,
-                cas: meta.cas,
-                stale: meta.stale,
-                mod_revision: rev,
-            };
-        let pack = |key: &[u8], value: &[u8], prev: Option<&PrevItem<'_>>| {
-            let mut v =
-                Vec::with_capacity(key.len() + value.len() + prev.map_or(0, |p| p.value.len()));
-            v.extend_from_slice(key);
-            v.extend_from_slice(value);
-            if let Some(p) = prev {
-                v.extend_from_slice(p.value);
-            }
-            Bytes::from(v)
-        };
-        let prev_state = |buf: &Bytes, at: usize, p: &PrevItem<'_>| {
-            state(buf, at, p.value.len(), &p.meta, p.meta.mod_revision)
-        };
+        use pb::event::{DeleteReason as R, EventType as T};
         Some(match m {
             Mutation::Stored {
                 key,
@@ -124,35 +134,104 @@ impl Event {
                 meta,
                 prev,
             } => {
-                let buf = pack(key, value, prev.as_ref());
-                let (k, v) = (key.len(), value.len());
-                Event {
+                let fields = EventFields {
+                    kind: T::Put as i32,
+                    kv: Some(kv_fields(key, value, meta, revision)),
+                    prev_kv: prev
+                        .as_ref()
+                        .map(|p| kv_fields(key, p.value, &p.meta, p.meta.mod_revision)),
+                    reason: R::None as i32,
                     revision,
-                    kind: EventKind::Put,
-                    key: buf.slice(..k),
-                    item: Some(state(&buf, k, v, meta, revision)),
-                    prev: prev.as_ref().map(|p| prev_state(&buf, k + v, p)),
-                }
+                };
+                let item = |wire: &Bytes, at: usize| ItemState {
+                    value: wire.slice(at..at + value.len()),
+                    flags: meta.flags,
+                    exptime: meta.exptime,
+                    cas: meta.cas,
+                    stale: meta.stale,
+                    mod_revision: revision,
+                };
+                Event::build(
+                    revision,
+                    EventKind::Put,
+                    &fields,
+                    key.len(),
+                    Some(item),
+                    prev.as_ref(),
+                )
             }
             Mutation::Deleted { key, reason, prev } => {
-                let buf = pack(key, &[], prev.as_ref());
-                Event {
+                let r = match reason {
+                    DeleteReason::Client => R::Client,
+                    DeleteReason::Expired => R::Expired,
+                    DeleteReason::Evicted => R::Evicted,
+                };
+                let fields = EventFields {
+                    kind: T::Delete as i32,
+                    kv: Some(KeyValueFields {
+                        key,
+                        value: &[],
+                        flags: 0,
+                        expires_at: 0,
+                        cas: 0,
+                        mod_revision: revision,
+                        stale: false,
+                    }),
+                    prev_kv: prev
+                        .as_ref()
+                        .map(|p| kv_fields(key, p.value, &p.meta, p.meta.mod_revision)),
+                    reason: r as i32,
                     revision,
-                    kind: EventKind::Delete(*reason),
-                    key: buf.slice(..key.len()),
-                    item: None,
-                    prev: prev.as_ref().map(|p| prev_state(&buf, key.len(), p)),
-                }
+                };
+                let kind = EventKind::Delete(*reason);
+                Event::build(revision, kind, &fields, key.len(), NO_ITEM, prev.as_ref())
             }
-            Mutation::Flushed => Event {
-                revision,
-                kind: EventKind::Flush,
-                key: Bytes::new(),
-                item: None,
-                prev: None,
-            },
+            Mutation::Flushed => Event::flush(revision),
             Mutation::FlushScheduled { .. } => return None,
         })
+    }
+
+    /// Encodes `fields` and makes the event around the bytes: key, new item (`item` given the
+    /// buffer and the value's offset) and previous item are slices of them.
+    fn build(
+        revision: Revision,
+        kind: EventKind,
+        fields: &EventFields<'_>,
+        key_len: usize,
+        item: Option<impl FnOnce(&Bytes, usize) -> ItemState>,
+        prev: Option<&PrevItem<'_>>,
+    ) -> Event {
+        let w = fields.encode();
+        let wire = Bytes::from(w.bytes);
+        Event {
+            revision,
+            kind,
+            key: wire.slice(w.key_at..w.key_at + key_len),
+            item: item.map(|f| f(&wire, w.value_at)),
+            prev: prev.map(|p| ItemState {
+                value: wire.slice(w.prev_value_at..w.prev_value_at + p.value.len()),
+                flags: p.meta.flags,
+                exptime: p.meta.exptime,
+                cas: p.meta.cas,
+                stale: p.meta.stale,
+                mod_revision: p.meta.mod_revision,
+            }),
+            prev_at: w.prev_at as u32,
+            tail_at: w.tail_at as u32,
+            wire,
+        }
+    }
+
+    fn flush(revision: Revision) -> Event {
+        use pb::event::{DeleteReason as R, EventType as T};
+        let fields = EventFields {
+            kind: T::Flush as i32,
+            kv: None,
+            prev_kv: None,
+            reason: R::Flushed as i32,
+            revision,
+        };
+        Event::build(revision, EventKind::Flush, &fields, 0, NO_ITEM, None)
     }
 
     /// The event of a command log record read back at `lsn` (history older than the ring);
@@ -167,51 +246,58 @@ impl Event {
                 cas,
                 stale,
             } => {
-                let mut buf = Vec::with_capacity(key.len() + value.len());
-                buf.extend_from_slice(key);
-                buf.extend_from_slice(value);
-                let buf = Bytes::from(buf);
-                Event {
-                    revision: lsn,
-                    kind: EventKind::Put,
-                    key: buf.slice(..key.len()),
-                    item: Some(ItemState {
-                        value: buf.slice(key.len()..),
-                        flags,
-                        exptime,
-                        cas,
-                        stale,
-                        mod_revision: lsn,
-                    }),
-                    prev: None,
-                }
+                let meta = ItemMeta {
+                    flags,
+                    exptime,
+                    cas,
+                    last_access: 0,
+                    fetched: false,
+                    stale,
+                    win_sent: false,
+                    mod_revision: lsn,
+                };
+                Event::from_mutation(
+                    &Mutation::Stored {
+                        key,
+                        value,
+                        meta,
+                        prev: None,
+                    },
+                    lsn,
+                )?
             }
-            Record::Deleted { key, reason } => Event {
-                revision: lsn,
-                kind: EventKind::Delete(reason),
-                key: Bytes::copy_from_slice(key),
-                item: None,
-                prev: None,
-            },
-            Record::Flushed => Event {
-                revision: lsn,
-                kind: EventKind::Flush,
-                key: Bytes::new(),
-                item: None,
-                prev: None,
-            },
+            Record::Deleted { key, reason } => Event::from_mutation(
+                &Mutation::Deleted {
+                    key,
+                    reason,
+                    prev: None,
+                },
+                lsn,
+            )?,
+            Record::Flushed => Event::flush(lsn),
             Record::FlushScheduled { .. } => return None,
         })
     }
 
+    /// The encoded parts of this event a response carries ([`crate::wire::event_parts`]):
+    /// the whole event with `prev_kv`, else the event without its previous item.
+    pub(crate) fn wire_parts(&self, prev_kv: bool) -> [&[u8]; 2] {
+        wire::event_parts(
+            &self.wire,
+            self.prev_at as usize,
+            self.tail_at as usize,
+            prev_kv,
+        )
+    }
+
     /// Bytes this event holds in memory, allocator overhead included (for the ring's bound).
     pub fn size_bytes(&self) -> usize {
-        EVENT_OVERHEAD_BYTES
-            + self.key.len()
-            + self.item.as_ref().map_or(0, |i| i.value.len())
-            + self.prev.as_ref().map_or(0, |p| p.value.len())
+        EVENT_FIXED_BYTES + malloc_bytes(self.wire.len())
     }
 }
+
+/// No new item (a delete or flush), typed for [`Event::build`].
+const NO_ITEM: Option<fn(&Bytes, usize) -> ItemState> = None;
 
 /// A revision's slot while it waits to be published.
 enum Slot {
@@ -567,7 +653,11 @@ mod tests {
 
     #[test]
     fn the_ring_drops_the_oldest_past_its_bound() {
-        let hub = Hub::counting(3 * (EVENT_OVERHEAD_BYTES + 2));
+        // Every event here takes the same bytes (one-byte key and value, revisions < 128).
+        let size = Event::from_mutation(&put(b"k", &[0]), 1)
+            .unwrap()
+            .size_bytes();
+        let hub = Hub::counting(3 * size);
         for i in 0..10u8 {
             assert_eq!(hub.on_mutation(&put(b"k", &[i])), u64::from(i) + 1);
         }

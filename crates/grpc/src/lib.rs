@@ -25,6 +25,7 @@ mod kv;
 pub mod replication;
 pub mod stats;
 mod watch;
+mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -259,9 +260,7 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
     let kv = pb::kv_server::KvServer::new(kv::KvService::new(Arc::clone(&backend)))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let watch = pb::watch_server::WatchServer::new(watch::WatchService::new(Arc::clone(&backend)))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
+    let watch = watch::WatchServer::new(watch::WatchService::new(Arc::clone(&backend)), max);
     let replication = pb::replication_server::ReplicationServer::new(
         replication::ReplicationService::new(Arc::clone(&backend)),
     );
@@ -269,9 +268,7 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
     health_reporter
         .set_serving::<pb::kv_server::KvServer<kv::KvService>>()
         .await;
-    health_reporter
-        .set_serving::<pb::watch_server::WatchServer<watch::WatchService>>()
-        .await;
+    health_reporter.set_serving::<watch::WatchServer>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

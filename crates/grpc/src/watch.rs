@@ -7,10 +7,12 @@
 //!   body of its HTTP/2 stream (no task or queue of its own)
 //!       │ initial_state: a blocking scan at revision R (items with mod_revision <= R), in
 //!       │   chunks through a queue of 2; then initial_state_done{R}; cursor = R + 1
-//!       │ live: read the hub's ring from the cursor (or the command log when the cursor is
-//!       │   older than the ring), filter, batch, hand over; cursor moves past what was read
+//!       │ live: read the hub's ring once for every watch it holds the cursor of (a watch
+//!       │   whose cursor is older reads the command log), filter and batch per watch, hand
+//!       │   over; each cursor moves past what was read
 //!       v
-//!   tonic (encode) ──> HTTP/2 flow control ──> client
+//!   WatchCodec: each event's protobuf bytes, made once by the hub, copied into the response
+//!   (crate::wire) ──> HTTP/2 flow control ──> client
 //! ```
 //!
 //! Backpressure without unbounded buffering: a stream makes its next response only when the
@@ -33,14 +35,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cairn_store::{DeleteReason, Revision};
+use cairn_store::Revision;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::hub::{self, Event, EventKind, ReadError};
 use crate::pb::{self, watch_create_request::FilterType, watch_request::RequestUnion};
-use crate::{now_unix, Backend};
+use crate::{now_unix, wire, Backend};
 
 /// Most watches one stream holds. Each costs a cursor and a share of its stream's one task;
 /// a create past the limit is canceled with the reason, and the stream and its other watches
@@ -104,16 +106,130 @@ async fn forward_batched(
     }
 }
 
-type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+/// What a watch stream sends: a response built as a message, or a batch of events written
+/// from the bytes the hub made for each event once (crate::wire).
+pub(crate) enum Outgoing {
+    Message(Box<pb::WatchResponse>),
+    Events {
+        watch_id: i64,
+        /// header.revision: every event of the watch up to it was sent.
+        revision: Revision,
+        prev_kv: bool,
+        events: Picked,
+    },
+}
 
-#[tonic::async_trait]
-impl pb::watch_server::Watch for WatchService {
-    type WatchStream = WatchStream;
+/// The events of one response: picked from what one step read from the ring, which every
+/// response of that step shares (one reference count a response, not one an event: with 100
+/// watches on a prefix, a write is 100 responses of one event each).
+pub(crate) struct Picked {
+    read: Arc<Vec<Arc<Event>>>,
+    which: Which,
+}
 
-    async fn watch(
-        &self,
-        req: Request<Streaming<pb::WatchRequest>>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
+enum Which {
+    /// `read[from..to]`: every event of a stretch matched (a prefix watch on a busy prefix).
+    Run(usize, usize),
+    /// These positions of `read`, in order.
+    Each(Vec<u32>),
+}
+
+impl Outgoing {
+    /// Events in this response.
+    fn events(&self) -> u64 {
+        match self {
+            Outgoing::Events { events, .. } => events.len() as u64,
+            Outgoing::Message(_) => 0,
+        }
+    }
+}
+
+impl Picked {
+    fn len(&self) -> usize {
+        match &self.which {
+            Which::Run(from, to) => to - from,
+            Which::Each(at) => at.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Event> {
+        let (run, each) = match &self.which {
+            Which::Run(from, to) => (&self.read[*from..*to], &[][..]),
+            Which::Each(at) => (&[][..], &at[..]),
+        };
+        let each = each.iter().map(|&i| &*self.read[i as usize]);
+        run.iter().map(|e| &**e).chain(each)
+    }
+}
+
+/// Encodes [`Outgoing`] as `cairn.v1.WatchResponse`: the same bytes prost writes for the
+/// message the events make (crate::wire; the tests compare them).
+#[derive(Default)]
+pub(crate) struct OutgoingEncoder;
+
+impl tonic::codec::Encoder for OutgoingEncoder {
+    type Item = Outgoing;
+    type Error = Status;
+
+    fn encode(
+        &mut self,
+        item: Outgoing,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Status> {
+        match item {
+            Outgoing::Message(m) => prost::Message::encode(&*m, buf)
+                .map_err(|e| Status::internal(format!("encoding a watch response: {e}"))),
+            Outgoing::Events {
+                watch_id,
+                revision,
+                prev_kv,
+                events,
+            } => {
+                let parts = events.iter().map(|e| e.wire_parts(prev_kv));
+                wire::put_events_response(buf, watch_id, revision, parts);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The Watch service's codec: requests decoded by prost, responses by [`OutgoingEncoder`].
+#[derive(Default)]
+pub(crate) struct WatchCodec;
+
+impl tonic::codec::Codec for WatchCodec {
+    type Encode = Outgoing;
+    type Decode = pb::WatchRequest;
+    type Encoder = OutgoingEncoder;
+    type Decoder = tonic_prost::ProstDecoder<pb::WatchRequest>;
+
+    fn encoder(&mut self) -> OutgoingEncoder {
+        OutgoingEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<Outgoing, Status>> + Send>>;
+
+/// One call of the Watch method, as tonic's server drives it.
+struct WatchCall(Arc<WatchService>);
+
+impl tonic::server::StreamingService<pb::WatchRequest> for WatchCall {
+    type Response = Outgoing;
+    type ResponseStream = WatchStream;
+    type Future = std::future::Ready<Result<Response<WatchStream>, Status>>;
+
+    fn call(&mut self, req: Request<Streaming<pb::WatchRequest>>) -> Self::Future {
+        std::future::ready(Ok(Response::new(self.0.open(req))))
+    }
+}
+
+impl WatchService {
+    /// A new watch stream: its state, polled as the response body.
+    fn open(&self, req: Request<Streaming<pb::WatchRequest>>) -> WatchStream {
         let (initial_tx, initial_rx) = mpsc::channel(INITIAL_QUEUE);
         let mut tick = tokio::time::interval(self.b.config.progress_notify_interval);
         // The first tick of an interval is at once; progress is due one interval from now.
@@ -131,12 +247,83 @@ impl pb::watch_server::Watch for WatchService {
             watches: BTreeMap::new(),
             next_id: 1,
             turn: 0,
+            picked: Vec::new(),
         };
         let stream = futures_util::stream::unfold(s, |mut s| async move {
             let r = s.next().await?;
             Some((r, s))
         });
-        Ok(Response::new(Box::pin(stream)))
+        Box::pin(stream)
+    }
+}
+
+/// The Watch service as tonic serves it: what tonic-build generates for `service Watch`,
+/// written here so that responses go through [`WatchCodec`] (the generated server insists on
+/// encoding a `pb::WatchResponse`). The route and the messages are the .proto's, so clients
+/// generated from it (grpcio, the tonic client in `pb`) see no difference.
+#[derive(Clone)]
+pub struct WatchServer {
+    inner: Arc<WatchService>,
+    max_decoding_message_size: Option<usize>,
+    max_encoding_message_size: Option<usize>,
+}
+
+impl WatchServer {
+    pub fn new(inner: WatchService, max_message_bytes: usize) -> WatchServer {
+        WatchServer {
+            inner: Arc::new(inner),
+            max_decoding_message_size: Some(max_message_bytes),
+            max_encoding_message_size: Some(max_message_bytes),
+        }
+    }
+}
+
+impl tonic::server::NamedService for WatchServer {
+    const NAME: &'static str = "cairn.v1.Watch";
+}
+
+impl<B> tower::Service<http::Request<B>> for WatchServer
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != "/cairn.v1.Watch/Watch" {
+            return Box::pin(async move {
+                let mut response = http::Response::new(tonic::body::Body::default());
+                let headers = response.headers_mut();
+                headers.insert(
+                    Status::GRPC_STATUS,
+                    (tonic::Code::Unimplemented as i32).into(),
+                );
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    tonic::metadata::GRPC_CONTENT_TYPE,
+                );
+                Ok(response)
+            });
+        }
+        let (inner, dec, enc) = (
+            Arc::clone(&self.inner),
+            self.max_decoding_message_size,
+            self.max_encoding_message_size,
+        );
+        Box::pin(async move {
+            let mut grpc =
+                tonic::server::Grpc::new(WatchCodec).apply_max_message_size_config(dec, enc);
+            Ok(grpc.streaming(WatchCall(inner), req).await)
+        })
     }
 }
 
@@ -202,6 +389,56 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Live (past its initial state) with events published at or after its cursor.
+    fn ready(&self, published: Revision) -> bool {
+        self.initial.is_none() && self.cursor <= published
+    }
+
+    /// The watch's next response from `read[start..]` (events in revision order, none before
+    /// the cursor, read up to revision `next` exclusive): the matching events, at most a
+    /// response's worth; the cursor moves past what was looked at. None when nothing matched.
+    /// `picked` is scratch space.
+    fn take(
+        &mut self,
+        id: i64,
+        read: &Arc<Vec<Arc<Event>>>,
+        start: usize,
+        next: Revision,
+        picked: &mut Vec<u32>,
+    ) -> Option<Outgoing> {
+        let mut cursor = next;
+        let mut bytes = 0;
+        picked.clear();
+        for (i, e) in read.iter().enumerate().skip(start) {
+            if !self.wants(e) {
+                continue;
+            }
+            if picked.len() == MAX_EVENTS_PER_RESPONSE || bytes > MAX_BYTES_PER_RESPONSE {
+                cursor = e.revision;
+                break;
+            }
+            bytes += e.size_bytes();
+            picked.push(i as u32);
+        }
+        self.cursor = cursor;
+        let (&first, &last) = (picked.first()?, picked.last()?);
+        self.sent_since_tick = true;
+        let which = if (last - first) as usize + 1 == picked.len() {
+            Which::Run(first as usize, last as usize + 1)
+        } else {
+            Which::Each(picked.clone())
+        };
+        Some(Outgoing::Events {
+            watch_id: id,
+            revision: cursor - 1,
+            prev_kv: self.prev_kv,
+            events: Picked {
+                read: Arc::clone(read),
+                which,
+            },
+        })
+    }
+
     fn wants(&self, e: &Event) -> bool {
         match e.kind {
             EventKind::Put => !self.no_put && self.range.matches(&e.key),
@@ -219,7 +456,7 @@ struct StreamState {
     requests: Streaming<pb::WatchRequest>,
     /// Responses made by the last step and not yet handed to the transport (one step makes
     /// at most one response per watch).
-    out: VecDeque<Result<pb::WatchResponse, Status>>,
+    out: VecDeque<Result<Outgoing, Status>>,
     /// The client is gone or the stream failed: `out` is the rest.
     ended: bool,
     /// Progress notifications of idle watches.
@@ -230,8 +467,10 @@ struct StreamState {
     watches: BTreeMap<i64, Watcher>,
     /// The next server-chosen watch id.
     next_id: i64,
-    /// Round-robin position: the watch id served last.
+    /// Round-robin position among watches behind the ring: the watch id served last.
     turn: i64,
+    /// Scratch space of `Watcher::take`.
+    picked: Vec<u32>,
 }
 
 impl Drop for StreamState {
@@ -266,52 +505,11 @@ fn canceled(watch_id: i64, revision: Revision, reason: String) -> pb::WatchRespo
     }
 }
 
-/// The wire form of an event.
-fn event_pb(e: &Event, prev_kv: bool) -> pb::Event {
-    let state_kv = |s: &hub::ItemState| pb::KeyValue {
-        key: e.key.clone(),
-        value: s.value.clone(),
-        flags: s.flags,
-        expires_at: s.exptime,
-        cas: s.cas,
-        mod_revision: s.mod_revision,
-        stale: s.stale,
-    };
-    use pb::event::{DeleteReason as R, EventType as T};
-    let (kind, reason) = match e.kind {
-        EventKind::Put => (T::Put, R::None),
-        EventKind::Delete(DeleteReason::Client) => (T::Delete, R::Client),
-        EventKind::Delete(DeleteReason::Expired) => (T::Delete, R::Expired),
-        EventKind::Delete(DeleteReason::Evicted) => (T::Delete, R::Evicted),
-        EventKind::Flush => (T::Flush, R::Flushed),
-    };
-    let kv = match (&e.kind, &e.item) {
-        (EventKind::Put, Some(item)) => Some(state_kv(item)),
-        (EventKind::Flush, _) => None,
-        _ => Some(pb::KeyValue {
-            key: e.key.clone(),
-            mod_revision: e.revision,
-            ..Default::default()
-        }),
-    };
-    pb::Event {
-        r#type: kind as i32,
-        kv,
-        prev_kv: if prev_kv {
-            e.prev.as_ref().map(state_kv)
-        } else {
-            None
-        },
-        reason: reason as i32,
-        revision: e.revision,
-    }
-}
-
 impl StreamState {
     /// The next response of the stream, or None once it ended. The stream does its work only
     /// when the transport asks for the next response, i.e. when HTTP/2 flow control has room:
     /// a client that stops reading stops its stream here, holding one cursor per watch.
-    async fn next(&mut self) -> Option<Result<pb::WatchResponse, Status>> {
+    async fn next(&mut self) -> Option<Result<Outgoing, Status>> {
         loop {
             if let Some(r) = self.out.pop_front() {
                 return Some(r);
@@ -342,9 +540,7 @@ impl StreamState {
     }
 
     fn has_event_work(&self, published: Revision) -> bool {
-        self.watches
-            .values()
-            .any(|w| w.initial.is_none() && w.cursor <= published)
+        self.watches.values().any(|w| w.ready(published))
     }
 
     /// Queues a response, counting it.
@@ -353,7 +549,7 @@ impl StreamState {
             .stats
             .watch_responses_sent
             .fetch_add(1, Ordering::Relaxed);
-        self.out.push_back(Ok(r));
+        self.out.push_back(Ok(Outgoing::Message(Box::new(r))));
         true
     }
 
@@ -542,17 +738,60 @@ impl StreamState {
         self.send(resp)
     }
 
-    /// Sends one response of events for the next watch with work (round robin), or only moves
-    /// its cursor when nothing in what it read matched.
+    /// Sends one response of events to every watch with work, or only moves the cursor of one
+    /// when nothing in what it read matched. The watches the ring still holds the cursor of
+    /// share one read of it (a stream of 100 watches on one prefix reads each event once and
+    /// queues it 100 times, as a pointer); a watch behind the ring reads the command log, one
+    /// such watch a step (round robin).
     async fn step(&mut self, published: Revision) {
-        let next = self
+        let first = self.b.hub.first_in_memory();
+        let behind = self
             .watches
             .range(self.turn + 1..)
             .chain(self.watches.range(..=self.turn))
-            .find(|(_, w)| w.initial.is_none() && w.cursor <= published)
+            .find(|(_, w)| w.ready(published) && w.cursor < first)
             .map(|(&id, _)| id);
-        let Some(id) = next else { return };
-        self.turn = id;
+        if let Some(id) = behind {
+            self.turn = id;
+            return self.step_behind(id, published).await;
+        }
+        let Some(from) = self
+            .watches
+            .values()
+            .filter(|w| w.ready(published))
+            .map(|w| w.cursor)
+            .min()
+        else {
+            return;
+        };
+        // The ring moved past `from` since `first` was read: the next step reads the log.
+        let Ok((read, next)) = self.b.hub.read(from, published, MAX_EVENTS_PER_STEP) else {
+            return;
+        };
+        let read = Arc::new(read);
+        let (mut responses, mut events) = (0, 0);
+        for (&id, w) in self.watches.iter_mut() {
+            if !w.ready(published) {
+                continue;
+            }
+            let start = read.partition_point(|e| e.revision < w.cursor);
+            if let Some(r) = w.take(id, &read, start, next, &mut self.picked) {
+                responses += 1;
+                events += r.events();
+                self.out.push_back(Ok(r));
+            }
+        }
+        // Counted once a step: the counters are shared by every gRPC thread.
+        let stats = &self.b.stats;
+        stats
+            .watch_responses_sent
+            .fetch_add(responses, Ordering::Relaxed);
+        stats.watch_events_sent.fetch_add(events, Ordering::Relaxed);
+    }
+
+    /// [`step`](Self::step) for one watch whose cursor the ring has passed: its next events from
+    /// the command log, or its cancel with `compact_revision` when the log is gone too.
+    async fn step_behind(&mut self, id: i64, published: Revision) {
         let (from, prev_kv) = {
             let w = &self.watches[&id];
             (w.cursor, w.prev_kv)
@@ -564,8 +803,17 @@ impl StreamState {
             }
         };
         let w = self.watches.get_mut(&id).expect("found above");
-        let (read, mut cursor) = match read {
-            Ok(r) => r,
+        match read {
+            Ok((read, next)) => {
+                if let Some(r) = w.take(id, &Arc::new(read), 0, next, &mut self.picked) {
+                    let stats = &self.b.stats;
+                    stats.watch_responses_sent.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .watch_events_sent
+                        .fetch_add(r.events(), Ordering::Relaxed);
+                    self.out.push_back(Ok(r));
+                }
+            }
             Err((compact_revision, why)) => {
                 self.b.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
                 let reason = format!("{why}: re-sync with initial_state");
@@ -576,35 +824,8 @@ impl StreamState {
                 self.watches.remove(&id);
                 self.b.stats.watches.fetch_sub(1, Ordering::Relaxed);
                 self.send(r);
-                return;
             }
-        };
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for e in &read {
-            if !w.wants(e) {
-                continue;
-            }
-            if out.len() == MAX_EVENTS_PER_RESPONSE || bytes > MAX_BYTES_PER_RESPONSE {
-                cursor = e.revision;
-                break;
-            }
-            bytes += e.size_bytes();
-            out.push(event_pb(e, w.prev_kv));
         }
-        w.cursor = cursor;
-        if out.is_empty() {
-            return;
-        }
-        w.sent_since_tick = true;
-        let stats = &self.b.stats;
-        stats
-            .watch_events_sent
-            .fetch_add(out.len() as u64, Ordering::Relaxed);
-        self.send(pb::WatchResponse {
-            events: out,
-            ..response(id, cursor - 1)
-        });
     }
 
     /// The periodic progress notification of idle, caught-up watches that asked for it.
@@ -754,6 +975,48 @@ fn scan_initial(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_store::DeleteReason;
+
+    /// The wire form of an event, built as a prost message: what `wire` must match.
+    fn event_pb(e: &Event, prev_kv: bool) -> pb::Event {
+        let state_kv = |s: &hub::ItemState| pb::KeyValue {
+            key: e.key.clone(),
+            value: s.value.clone(),
+            flags: s.flags,
+            expires_at: s.exptime,
+            cas: s.cas,
+            mod_revision: s.mod_revision,
+            stale: s.stale,
+        };
+        use pb::event::{DeleteReason as R, EventType as T};
+        let (kind, reason) = match e.kind {
+            EventKind::Put => (T::Put, R::None),
+            EventKind::Delete(DeleteReason::Client) => (T::Delete, R::Client),
+            EventKind::Delete(DeleteReason::Expired) => (T::Delete, R::Expired),
+            EventKind::Delete(DeleteReason::Evicted) => (T::Delete, R::Evicted),
+            EventKind::Flush => (T::Flush, R::Flushed),
+        };
+        let kv = match (&e.kind, &e.item) {
+            (EventKind::Put, Some(item)) => Some(state_kv(item)),
+            (EventKind::Flush, _) => None,
+            _ => Some(pb::KeyValue {
+                key: e.key.clone(),
+                mod_revision: e.revision,
+                ..Default::default()
+            }),
+        };
+        pb::Event {
+            r#type: kind as i32,
+            kv,
+            prev_kv: if prev_kv {
+                e.prev.as_ref().map(state_kv)
+            } else {
+                None
+            },
+            reason: reason as i32,
+            revision: e.revision,
+        }
+    }
 
     fn create(key: &[u8], range_end: &[u8], prefix: bool) -> pb::WatchCreateRequest {
         pb::WatchCreateRequest {
@@ -779,5 +1042,163 @@ mod tests {
         assert!(KeyRange::of(&create(b"", b"", false)).is_err());
         assert!(KeyRange::of(&create(b"d", b"b", false)).is_err());
         assert!(KeyRange::of(&create(b"d", b"e", true)).is_err());
+    }
+
+    #[test]
+    fn events_on_the_wire_are_what_prost_writes() {
+        use cairn_store::{ItemMeta, Mutation, PrevItem};
+        use prost::Message;
+        let meta = |flags, exptime, cas, stale, rev| ItemMeta {
+            flags,
+            exptime,
+            cas,
+            last_access: 0,
+            fetched: false,
+            stale,
+            win_sent: false,
+            mod_revision: rev,
+        };
+        let big = vec![b'v'; 300];
+        let prev = PrevItem {
+            value: b"old",
+            meta: meta(7, 1_900_000_000, 41, true, 3),
+        };
+        let empty_prev = PrevItem {
+            value: b"",
+            meta: meta(0, 0, 0, false, 0),
+        };
+        let mutations = [
+            Mutation::Stored {
+                key: b"k",
+                value: b"v",
+                meta: meta(0, 0, 1, false, 0),
+                prev: None,
+            },
+            Mutation::Stored {
+                key: b"key",
+                value: &big,
+                meta: meta(u32::MAX, 5, u64::MAX, true, 0),
+                prev: Some(prev),
+            },
+            Mutation::Stored {
+                key: b"key",
+                value: b"",
+                meta: meta(0, 0, 0, false, 0),
+                prev: Some(empty_prev),
+            },
+            Mutation::Deleted {
+                key: b"gone",
+                reason: DeleteReason::Client,
+                prev: None,
+            },
+            Mutation::Deleted {
+                key: b"gone",
+                reason: DeleteReason::Expired,
+                prev: Some(prev),
+            },
+            Mutation::Deleted {
+                key: b"gone",
+                reason: DeleteReason::Evicted,
+                prev: None,
+            },
+            Mutation::Flushed,
+        ];
+        let events: Vec<Arc<Event>> = mutations
+            .iter()
+            .zip([1, 200, 1 << 40, 9, 10, 11, u64::MAX])
+            .map(|(m, rev)| Arc::new(Event::from_mutation(m, rev).unwrap()))
+            .collect();
+        // Each event alone, and all of them in one response; with and without prev_kv; watch
+        // ids small, large and negative (the stream's own -1).
+        let mut batches: Vec<Vec<Arc<Event>>> =
+            events.iter().map(|e| vec![Arc::clone(e)]).collect();
+        batches.push(events.clone());
+        for batch in &batches {
+            for prev_kv in [false, true] {
+                for (watch_id, revision) in [(1, 5), (1 << 40, 0), (-1, u64::MAX)] {
+                    let expected = pb::WatchResponse {
+                        events: batch.iter().map(|e| event_pb(e, prev_kv)).collect(),
+                        ..response(watch_id, revision)
+                    };
+                    let mut buf = bytes::BytesMut::new();
+                    wire::put_events_response(
+                        &mut buf,
+                        watch_id,
+                        revision,
+                        batch.iter().map(|e| e.wire_parts(prev_kv)),
+                    );
+                    assert_eq!(buf.to_vec(), expected.encode_to_vec(), "{expected:?}");
+                }
+            }
+        }
+        // The event's parts are slices of its wire bytes.
+        let e = &events[1];
+        assert_eq!(
+            (&e.key[..], &e.item.as_ref().unwrap().value[..]),
+            (&b"key"[..], &big[..])
+        );
+        assert_eq!(&e.prev.as_ref().unwrap().value[..], b"old");
+    }
+
+    #[test]
+    fn a_watch_takes_a_run_or_the_positions_it_matched() {
+        use cairn_store::{ItemMeta, Mutation};
+        let meta = ItemMeta {
+            flags: 0,
+            exptime: 0,
+            cas: 1,
+            last_access: 0,
+            fetched: false,
+            stale: false,
+            win_sent: false,
+            mod_revision: 0,
+        };
+        let keys: [&[u8]; 5] = [b"a1", b"b1", b"a2", b"a3", b"b2"];
+        let read: Vec<Arc<Event>> = keys
+            .iter()
+            .zip(1..)
+            .map(|(key, rev)| {
+                let m = Mutation::Stored {
+                    key,
+                    value: b"v",
+                    meta,
+                    prev: None,
+                };
+                Arc::new(Event::from_mutation(&m, rev).unwrap())
+            })
+            .collect();
+        let read = Arc::new(read);
+        let watcher = |prefix: &[u8]| Watcher {
+            range: KeyRange::Prefix(Bytes::copy_from_slice(prefix)),
+            no_put: false,
+            no_delete: false,
+            prev_kv: false,
+            progress_notify: false,
+            cursor: 1,
+            initial: None,
+            sent_since_tick: false,
+        };
+        let mut scratch = Vec::new();
+        let taken = |w: &mut Watcher, start, scratch: &mut Vec<u32>| {
+            let Some(Outgoing::Events {
+                events, revision, ..
+            }) = w.take(7, &read, start, 6, scratch)
+            else {
+                return None;
+            };
+            let keys: Vec<Vec<u8>> = events.iter().map(|e| e.key.to_vec()).collect();
+            Some((keys, revision, matches!(events.which, Which::Run(..))))
+        };
+        let mut a = watcher(b"a");
+        let (keys, revision, run) = taken(&mut a, 0, &mut scratch).unwrap();
+        assert_eq!(keys, [b"a1".to_vec(), b"a2".to_vec(), b"a3".to_vec()]);
+        assert_eq!((revision, a.cursor, run), (5, 6, false));
+        let mut all = watcher(b"");
+        let (keys, _, run) = taken(&mut all, 2, &mut scratch).unwrap();
+        assert_eq!(keys.len(), 3);
+        assert!(run, "every event from position 2 on matched: one run");
+        let mut none = watcher(b"c");
+        assert!(taken(&mut none, 0, &mut scratch).is_none());
+        assert_eq!(none.cursor, 6, "the cursor moves past what was looked at");
     }
 }

@@ -932,3 +932,261 @@ fn a_sync_grpc_write_is_acknowledged_only_once_fdatasynced() {
         _ => panic!("an acknowledged gRPC write was lost in a power cut"),
     }
 }
+
+/// What a watch must get: its filters and range over the reference's events.
+struct Spec {
+    create: pb::WatchCreateRequest,
+    /// Compare previous items too (prev_kv watches).
+    prev: bool,
+}
+
+impl Spec {
+    fn wants(&self, e: &pb::Event) -> bool {
+        let c = &self.create;
+        let put = e.r#type == pb::event::EventType::Put as i32;
+        let filtered = |f: pb::watch_create_request::FilterType| c.filters.contains(&(f as i32));
+        if (put && filtered(pb::watch_create_request::FilterType::Noput))
+            || (!put && filtered(pb::watch_create_request::FilterType::Nodelete))
+        {
+            return false;
+        }
+        let Some(kv) = &e.kv else { return true }; // a flush matches every watch
+        let key = &kv.key[..];
+        if c.prefix {
+            key.starts_with(&c.key)
+        } else if c.range_end.is_empty() {
+            key == &c.key[..]
+        } else {
+            key >= &c.key[..] && key < &c.range_end[..]
+        }
+    }
+}
+
+/// An event as these tests compare it: revision, type, key, value, previous value.
+fn event_of(e: &pb::Event, prev: bool) -> (u64, i32, Vec<u8>, Vec<u8>, Option<Vec<u8>>) {
+    let kv = e.kv.clone().unwrap_or_default();
+    let prev = prev
+        .then(|| e.prev_kv.as_ref().map(|p| p.value.to_vec()))
+        .flatten();
+    (
+        e.revision,
+        e.r#type,
+        kv.key.to_vec(),
+        kv.value.to_vec(),
+        prev,
+    )
+}
+
+/// Random puts and deletes over gRPC on keys a/0..9, b/0..9, c/0..4 from 8 writers; returns
+/// how many made an event (a delete of a missing key makes none).
+async fn random_writes(ch: &Channel, seed: u64, count: u64) -> u64 {
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..8 {
+        let mut kv = KvClient::new(ch.clone());
+        let mut rng = cairn_testkit::Rng::new(seed ^ (w + 1));
+        writers.spawn(async move {
+            let mut events = 0;
+            for i in 0..count / 8 {
+                let key = match rng.below(3) {
+                    0 => format!("a/{}", rng.below(10)),
+                    1 => format!("b/{}", rng.below(10)),
+                    _ => format!("c/{}", rng.below(5)),
+                };
+                if rng.below(4) == 0 {
+                    let r = kv
+                        .delete(pb::DeleteRequest {
+                            key: key.into(),
+                            ..Default::default()
+                        })
+                        .await;
+                    match r {
+                        Ok(_) => events += 1,
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => panic!("delete: {s}"),
+                    }
+                } else {
+                    let value = format!("{w}-{i}-{}", "v".repeat(200));
+                    kv.set(pb::SetRequest {
+                        key: key.into(),
+                        value: value.into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("set");
+                    events += 1;
+                }
+            }
+            events
+        });
+    }
+    let mut events = 0;
+    while let Some(n) = writers.join_next().await {
+        events += n.unwrap();
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watches_on_one_stream_each_get_exactly_their_events() {
+    // A stream serves its watches together: those whose cursor the ring holds share one read
+    // of it, one behind the ring reads the command log. Each watch must still get exactly its
+    // own events: the reference is one watch of everything, alone on its stream.
+    let seed = cairn_testkit::Rng::seed();
+    let server = Server::start(&["--persistence", "sync", "--watch-history-mb", "1"]);
+    let ch = channel(&server).await;
+    let mut reference = Watch::open(
+        ch.clone(),
+        pb::WatchCreateRequest {
+            prefix: true,
+            prev_kv: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut all: Vec<pb::Event> = Vec::new();
+    // Enough writes (about 600 B an event with its previous item) that the 1 MiB ring no
+    // longer holds the first ones.
+    let mut made = random_writes(&ch, seed, 3200).await;
+    while (all.len() as u64) < made {
+        all.extend(reference.next().await.events);
+    }
+    // A revision the ring still holds (it holds the last ~1,600 events).
+    let in_ring = all[all.len() - 1000].revision;
+    let prefix = |p: &str| pb::WatchCreateRequest {
+        key: p.to_string().into(),
+        prefix: true,
+        ..Default::default()
+    };
+    use pb::watch_create_request::FilterType;
+    let specs = [
+        // From the first revision: behind the ring, read from the command log.
+        (prefix("a/"), 1, false),
+        (
+            pb::WatchCreateRequest {
+                filters: vec![FilterType::Nodelete as i32],
+                ..prefix("b/")
+            },
+            0,
+            false,
+        ),
+        (
+            pb::WatchCreateRequest {
+                key: "a/5".into(),
+                range_end: "b/3".into(),
+                ..Default::default()
+            },
+            in_ring,
+            false,
+        ),
+        (
+            pb::WatchCreateRequest {
+                key: "a/1".into(),
+                ..Default::default()
+            },
+            0,
+            false,
+        ),
+        (
+            pb::WatchCreateRequest {
+                prev_kv: true,
+                ..prefix("")
+            },
+            in_ring + 500,
+            true,
+        ),
+        (
+            pb::WatchCreateRequest {
+                filters: vec![FilterType::Noput as i32],
+                ..prefix("c/")
+            },
+            0,
+            false,
+        ),
+    ];
+    let (tx, rx) = mpsc::channel(16);
+    let stream = WatchClient::new(ch.clone())
+        .watch(ReceiverStream::new(rx))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut watches = BTreeMap::new();
+    for (i, (create, start, prev)) in specs.into_iter().enumerate() {
+        let id = i as i64 + 1;
+        let create = pb::WatchCreateRequest {
+            watch_id: id,
+            start_revision: start,
+            ..create
+        };
+        tx.send(pb::WatchRequest {
+            request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
+                create.clone(),
+            )),
+        })
+        .await
+        .unwrap();
+        watches.insert(id, (Spec { create, prev }, start, Vec::new()));
+    }
+    // Drained while the writes go on: a stream that is not read stops where flow control
+    // stops it, and the ring would pass its watches.
+    let (resp_tx, mut responses) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = stream;
+        while let Ok(Some(m)) = stream.message().await {
+            if resp_tx.send(m).is_err() {
+                return;
+            }
+        }
+    });
+    made += random_writes(&ch, seed.rotate_left(17), 400).await;
+    while (all.len() as u64) < made {
+        all.extend(reference.next().await.events);
+    }
+    let end = all.last().unwrap().revision;
+    // Read the stream until a progress response says every watch was sent everything up to
+    // `end` (responses on a stream keep their order).
+    let progress = pb::WatchRequest {
+        request_union: Some(pb::watch_request::RequestUnion::ProgressRequest(
+            pb::WatchProgressRequest {},
+        )),
+    };
+    tx.send(progress.clone()).await.unwrap();
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(30), responses.recv())
+            .await
+            .expect("a response within 30 s (a safety net, not a wait)")
+            .expect("stream open");
+        assert!(!m.canceled, "seed {seed}: {m:?}");
+        if m.watch_id == -1 && m.progress_notify {
+            if m.header.unwrap().revision >= end {
+                break;
+            }
+            tx.send(progress.clone()).await.unwrap();
+            continue;
+        }
+        let (spec, start, got) = watches.get_mut(&m.watch_id).expect("a watch of ours");
+        if m.created {
+            if *start == 0 {
+                *start = m.header.unwrap().revision + 1;
+            }
+            continue;
+        }
+        got.extend(m.events.iter().map(|e| event_of(e, spec.prev)));
+    }
+    for (id, (spec, start, got)) in &watches {
+        let want: Vec<_> = all
+            .iter()
+            .filter(|e| e.revision >= *start && spec.wants(e))
+            .map(|e| event_of(e, spec.prev))
+            .collect();
+        assert!(!want.is_empty(), "seed {seed}: watch {id} expects events");
+        assert!(
+            got == &want,
+            "seed {seed}: watch {id} ({:?}) from {start}: got {} events, want {} (first \
+             difference at {:?})",
+            spec.create,
+            got.len(),
+            want.len(),
+            got.iter().zip(&want).position(|(g, w)| g != w)
+        );
+    }
+}
