@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A/B of cairn server builds or settings on the gRPC API, alternating (A B A B ...), medians.
 
-Each variant is NAME=BINARY, optionally followed by server flags after a colon and
-environment settings after a second colon, e.g.
+Each variant is NAME=BINARY, optionally followed by server flags after a colon,
+environment settings after a second colon and (--fanout) watch_bench's layout flags after a
+third, e.g.
 
     base=/tmp/cairn-main  own=target/release/cairn  t1=target/release/cairn:-t 1
 
@@ -11,8 +12,9 @@ say otherwise), preloads 1,000 keys of 32 B, and runs `cairn-bench grpc` unary G
 loop) at each --concurrency (connections min(c, 30)) for --secs seconds, with the server's
 CPU per call. Prints each run, then the median per variant and the ratio to the first one.
 
-With --fanout W, each round instead runs `watch_bench fanout ADDR w5/ W RATE SECS PID` (W5:
-W watch streams on one prefix, RATE gRPC writes/s for SECS seconds; --rate, --secs) and
+With --fanout W, each round instead runs `watch_bench fanout ADDR w5/ W RATE SECS PID LAYOUT`
+(W5: W watches on one prefix, RATE gRPC writes/s for SECS seconds; --rate, --secs; --layout
+passes watch_bench's layout flags, e.g. '--streams 10 --decode lean') and
 reports the writes/s reached (open loop), the delivery latency, the server's CPU per event
 delivered (from the first write to the last event) and its RSS growth with one stream that
 never reads.
@@ -45,8 +47,9 @@ def parse_variant(text):
     parts = rest.split(":")
     binary = parts[0]
     flags = parts[1].split() if len(parts) > 1 and parts[1] else []
-    env = dict(kv.split("=", 1) for kv in parts[2].split(",")) if len(parts) > 2 else {}
-    return name, binary, flags, env
+    env = dict(kv.split("=", 1) for kv in parts[2].split(",")) if len(parts) > 2 and parts[2] else {}
+    layout = parts[3].split() if len(parts) > 3 else None
+    return name, binary, flags, env, layout
 
 
 def start(binary, flags, env):
@@ -79,18 +82,20 @@ def cpu_of(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def fanout(args, addr, pid):
+def fanout(args, addr, pid, layout):
     before = cpu_of(pid)
     out = subprocess.run([args.watch_bench, "fanout", addr, "w5/", str(args.fanout),
-                          str(args.rate), str(args.secs), str(pid)],
+                          str(args.rate), str(args.secs), str(pid),
+                          *(layout if layout is not None else args.layout.split())],
                          capture_output=True, text=True, check=True).stdout
     cpu = cpu_of(pid) - before
     m = re.search(r"writes in ([\d.]+) s \((\d+)/s\): (\d+) events delivered \((\d+) expected, "
-                  r"(\d+) watchers short\); delivery ms p50 ([\d.]+) p90 ([\d.]+) p99 ([\d.]+) "
-                  r"p99.9 ([\d.]+) max ([\d.]+)", out)
+                  r"(\d+) watchers short(?:, (\d+) out of order)?\); delivery ms p50 ([\d.]+) "
+                  r"p90 ([\d.]+) p99 ([\d.]+) p99.9 ([\d.]+) max ([\d.]+)", out)
     if not m:
         sys.exit(f"watch_bench: {out}")
-    g = [float(x) for x in m.groups()]
+    g = [float(x) if x is not None else 0.0 for x in m.groups()]
+    misordered = g.pop(5)
     # The server's CPU from the first write to the last event (without setting up the
     # streams), as watch_bench measured it; else the whole run's.
     during = re.search(r"server CPU from the first write to the last event delivered: "
@@ -101,7 +106,7 @@ def fanout(args, addr, pid):
     client_cores = float(own.group(1)) / g[0] if own else 0.0
     # The server's RSS growth over the writes with one stream that never reads.
     rss = re.search(r"\(([+-]\d+) KiB\)", out)
-    return {"wps": g[1], "events": g[2], "short": g[4], "p50": g[5], "p90": g[6], "p99": g[7],
+    return {"wps": g[1], "events": g[2], "short": g[4], "misordered": misordered, "p50": g[5], "p90": g[6], "p99": g[7],
             "max": g[9], "us": cpu * 1e6 / max(g[2], 1), "cores": cpu / g[0],
             "client_cores": client_cores,
             "rss_kib": float(rss.group(1)) if rss else 0.0}
@@ -109,39 +114,40 @@ def fanout(args, addr, pid):
 
 def main_fanout(args, variants):
     runs = {}
-    print("| round | variant | writes/s | events | short | p50 ms | p90 ms | p99 ms | max ms "
-          "| server us/event | server cores | client cores | RSS +KiB (stalled stream) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| round | variant | writes/s | events | short | out of order | p50 ms | p90 ms | p99 ms "
+          "| max ms | server us/event | server cores | client cores | RSS +KiB (stalled stream) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
-        for name, binary, flags, env in variants:
+        for name, binary, flags, env, layout in variants:
             p, addr, data = start(binary, flags, env)
             try:
-                r = fanout(args, addr, p.pid)
+                r = fanout(args, addr, p.pid, layout)
             finally:
                 p.terminate()
                 p.wait()
                 shutil.rmtree(data, ignore_errors=True)
             runs.setdefault(name, []).append(r)
             print(f"| {rnd} | {name} | {r['wps']:.0f} | {r['events']:.0f} | {r['short']:.0f} "
-                  f"| {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['max']:.2f} "
+                  f"| {r['misordered']:.0f} | {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['max']:.2f} "
                   f"| {r['us']:.2f} | {r['cores']:.2f} | {r['client_cores']:.2f} "
                   f"| {r['rss_kib']:+.0f} |", flush=True)
     print("\nMedians:\n")
     print("| variant | writes/s | p50 ms | p90 ms | p99 ms | max ms | server us/event "
-          "| RSS +KiB |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| server cores | client cores | RSS +KiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, *_ in variants:
         rs = runs[name]
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         print(f"| {name} | {med['wps']:.0f} | {med['p50']:.2f} | {med['p90']:.2f} "
               f"| {med['p99']:.2f} | {med['max']:.2f} | {med['us']:.2f} "
-              f"| {med['rss_kib']:+.0f} |")
+              f"| {med['cores']:.2f} | {med['client_cores']:.2f} | {med['rss_kib']:+.0f} |")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("variants", nargs="+", help="NAME=BINARY[:server flags[:ENV=V,...]]")
+    ap.add_argument("variants", nargs="+",
+                    help="NAME=BINARY[:server flags[:ENV=V,...[:watch_bench layout flags]]]")
     ap.add_argument("--bench-bin", default=os.path.join(ROOT, "target/release/cairn-bench"))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--secs", type=int, default=3)
@@ -149,6 +155,8 @@ def main():
     ap.add_argument("--call", default="get")
     ap.add_argument("--fanout", type=int, help="watch streams: run W5's fan-out instead")
     ap.add_argument("--rate", type=int, default=1000, help="writes/s offered (--fanout)")
+    ap.add_argument("--layout", default="",
+                    help="watch_bench fanout's layout flags (--fanout), e.g. '--streams 10'")
     ap.add_argument("--watch-bench",
                     default=os.path.join(ROOT, "target/release/examples/watch_bench"))
     args = ap.parse_args()
@@ -160,7 +168,7 @@ def main():
     print("| round | variant | concurrent | QPS | p50 ms | p99 ms | avg ms | server us/call |")
     print("|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
-        for name, binary, flags, env in variants:
+        for name, binary, flags, env, _ in variants:
             p, addr, data = start(binary, flags, env)
             try:
                 subprocess.run([args.bench_bin, "grpc", "--addr", addr, "--keys", "1000",
