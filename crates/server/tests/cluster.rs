@@ -123,8 +123,16 @@ fn a_mapping_to_another_service_refuses_the_start() {
         "/arcus/cache_server_mapping/127.0.0.1:{port}/someone-else"
     ));
     let dir = tempfile::tempdir().unwrap();
+    // No gRPC listener: the default port (50051) may be taken by another server on this
+    // machine, which would refuse the start for a reason this test is not about.
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["-p", &port.to_string(), "--data-dir"])
+        .args([
+            "-p",
+            &port.to_string(),
+            "--grpc-listen",
+            "off",
+            "--data-dir",
+        ])
         .arg(dir.path())
         .args(member_args(&address, "mine"))
         .output()
