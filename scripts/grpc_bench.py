@@ -64,9 +64,12 @@ def stop(server):
 
 
 def ghz(args, addr, call, data, extra):
+    # -t 0: no deadline on the calls, as cairn-bench sets none. ghz's default (20 s) sends a
+    # grpc-timeout header with every call, for which the server arms a timer: 3-7 us more of
+    # server CPU a call in the A/B in docs/BENCHMARKS.md.
     cmd = [args.ghz, "--insecure", "--import-paths", os.path.join(ROOT, "proto"),
            "--proto", os.path.join(ROOT, "proto", "cairn", "v1", "kv.proto"),
-           "--call", call, "-d", json.dumps(data), "-O", "json", *extra, addr]
+           "--call", call, "-d", json.dumps(data), "-O", "json", "-t", "0", *extra, addr]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0 and not out.stdout.strip():
         sys.exit(f"ghz failed: {' '.join(cmd)}\n{out.stderr}")
