@@ -442,6 +442,11 @@ struct State {
     /// next fdatasync), and the bytes written since the last one.
     unsynced_since: Option<std::time::Instant>,
     unsynced_bytes: usize,
+    /// While the syncer's fdatasync runs (without the writer lock, so that helpers go on
+    /// writing): `bytes_written` when it began. Helpers write during it only until
+    /// `flush_bytes` more were written, so async mode's unsynced bytes stay bounded (and a
+    /// disk that cannot keep up fills the pending buffer: backpressure).
+    syncing_from: Option<u64>,
     /// `pending` holds records appended without waking the syncer (see
     /// [`writes_before_sleeping`]).
     unwoken: bool,
@@ -598,6 +603,7 @@ impl Log {
                 spare_waits: 0,
                 unsynced_since: None,
                 unsynced_bytes: 0,
+                syncing_from: None,
                 unwoken: false,
             }),
             pending_bytes: AtomicUsize::new(0),

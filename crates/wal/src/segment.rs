@@ -17,11 +17,12 @@ use crate::{format, LogOptions, Lsn, Prealloc, Shared, WalError};
 
 /// The segment the syncer appends to.
 pub(crate) struct Tail {
-    /// The file, opened with O_DIRECT when `direct` is set.
-    pub file: Box<dyn LogFile>,
+    /// The file, opened with O_DIRECT when `direct` is set. Shared with the syncer's
+    /// fdatasync, which runs without the writer lock.
+    pub file: std::sync::Arc<dyn LogFile>,
     /// With O_DIRECT: a second handle through the page cache, for async mode's writes.
     pub buffered: Option<Box<dyn LogFile>>,
-    pub path: PathBuf,
+    pub path: std::sync::Arc<Path>,
     /// Where the next batch is written.
     pub offset: u64,
     /// The segment was just renamed into place: fsync the directory after its first batch,
@@ -330,14 +331,14 @@ impl Shared {
             }
             .map_err(io)?;
             buffered = Some(self.fs.open(&path).map_err(io)?);
-            (file, Some(DirectBuf::new(kept)))
+            (std::sync::Arc::from(file), Some(DirectBuf::new(kept)))
         } else {
-            (self.fs.open(&path).map_err(io)?, None)
+            (std::sync::Arc::from(self.fs.open(&path).map_err(io)?), None)
         };
         Ok(Tail {
             file,
             buffered,
-            path,
+            path: path.into(),
             offset,
             dir_sync_due: false,
             direct,

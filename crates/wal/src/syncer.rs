@@ -13,16 +13,26 @@
 //!            else wait (async with unsynced bytes: until the flush interval is up)
 //! ```
 //!
-//! One thread does all of it, so writes never overlap and each write's first record can be
-//! flagged as the start of a write (recovery relies on it). An async fdatasync holds up the
-//! next write for its duration; a slow disk therefore fills the pending buffer, and callers
-//! that ask for [`crate::Log::room`] wait (see docs/ARCHITECTURE.md on backpressure).
+//! Writes never overlap: each is made under the writer lock (by the syncer, or in async mode
+//! by a helper), so each write's first record can be flagged as the start of a write when
+//! everything before it is durable (recovery relies on it). The syncer's fdatasync runs
+//! without the writer lock: in async mode helpers go on writing (and acknowledging) while it
+//! runs, instead of every request appended meanwhile waiting for the disk's flush (before,
+//! each periodic fdatasync stalled the written mark, and so every async acknowledgement, for
+//! its whole duration). The fdatasync covers what was written when it began (the written mark
+//! read then); writes made during it are not flagged (`written > durable` when they begin)
+//! and wait for the next one, which is due at once if they took the flush interval's time.
+//! Helpers stop writing once `flush_bytes` were written during one fdatasync; so a slow disk
+//! still fills the pending buffer, and callers that ask for [`crate::Log::room`] wait (see
+//! docs/ARCHITECTURE.md on backpressure).
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::appender::Chunk;
+use crate::fs::LogFile;
 use crate::segment::Tail;
 use crate::{format, Durability, Lsn, Marks, Shared, State, WalError};
 
@@ -64,8 +74,17 @@ enum Work {
         bytes: usize,
         durable: bool,
     },
-    /// fdatasync what was written so far.
-    Sync,
+}
+
+/// An fdatasync taken on under the writer lock and made after it was let go (see the module
+/// doc).
+pub(crate) struct OutsideSync {
+    file: Arc<dyn LogFile>,
+    path: Arc<Path>,
+    /// The written mark when it began: what it makes durable.
+    to: Lsn,
+    /// `State::bytes_written` when it began.
+    bytes_at: u64,
 }
 
 /// Which calls a write made, for the latency histograms.
@@ -132,8 +151,15 @@ impl Shared {
             }
             let mut writer = self.writer.lock();
             let w = writer.as_mut().expect("the tail is set at open");
-            if self.step(w, Role::Syncer).is_err() {
-                return;
+            match self.step(w, Role::Syncer) {
+                Err(()) => return,
+                Ok(None) => {}
+                Ok(Some(sync)) => {
+                    drop(writer);
+                    if self.sync_outside(sync).is_err() {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -175,8 +201,10 @@ impl Shared {
     }
 
     /// One round of the writer (`w` is held): an fdatasync if due (the syncer only), else
-    /// the ready records as one batch. Tells the listeners; on failure poisons the log.
-    fn step(&self, w: &mut Writer, role: Role) -> Result<(), ()> {
+    /// the ready records as one batch. Tells the listeners; on failure poisons the log. A due
+    /// fdatasync is only taken on here: it comes back as an [`OutsideSync`], for the syncer
+    /// to make once it let the writer lock go.
+    fn step(&self, w: &mut Writer, role: Role) -> Result<Option<OutsideSync>, ()> {
         let work = {
             let mut st = self.state.lock();
             if st.poisoned.is_some() {
@@ -184,20 +212,33 @@ impl Shared {
             }
             let sync_mode = self.durability() == Durability::Sync;
             if role == Role::Helper && sync_mode {
-                return Ok(());
+                return Ok(None);
             }
             if role == Role::Syncer && self.sync_due(&st, sync_mode) {
-                Work::Sync
+                st.syncing_from = Some(st.bytes_written);
+                return Ok(Some(OutsideSync {
+                    file: Arc::clone(&w.tail.file),
+                    path: Arc::clone(&w.tail.path),
+                    to: self.written.get(),
+                    bytes_at: st.bytes_written,
+                }));
             } else {
                 let ready = st.ready_chunks(self.opts.max_pending_bytes);
                 if ready == 0 {
-                    return Ok(());
+                    return Ok(None);
+                }
+                if st
+                    .syncing_from
+                    .is_some_and(|from| st.bytes_written - from >= self.opts.flush_bytes as u64)
+                {
+                    // Enough written during this fdatasync: the rest waits for it.
+                    return Ok(None);
                 }
                 let bytes: usize = st.pending[..ready].iter().map(|c| c.bytes().len()).sum();
                 if role == Role::Helper && w.tail.needs_next_segment(bytes, &self.opts) {
                     drop(st);
                     self.work_cv.notify_one();
-                    return Ok(());
+                    return Ok(None);
                 }
                 let rest = if ready == st.pending.len() {
                     std::mem::take(&mut w.spare)
@@ -224,14 +265,6 @@ impl Shared {
             }
         };
         let result = match work {
-            Work::Sync => {
-                let to = self.written.get();
-                self.sync_written(&w.tail, to).map(|()| {
-                    let mut st = self.state.lock();
-                    st.unsynced_since = None;
-                    st.unsynced_bytes = 0;
-                })
-            }
             Work::Write {
                 mut batch,
                 first,
@@ -298,7 +331,7 @@ impl Shared {
                     written: self.written.get(),
                     durable: self.durable.get(),
                 }));
-                Ok(())
+                Ok(None)
             }
             Err(e) => {
                 self.state.lock().poisoned = Some(e.clone());
@@ -306,6 +339,44 @@ impl Shared {
                 Err(())
             }
         }
+    }
+
+    /// The syncer's fdatasync, without the writer lock (see the module doc): the durable mark
+    /// moves to the written mark read when it began. What helpers wrote meanwhile is left for
+    /// the next one, whose clock starts when this one began.
+    fn sync_outside(&self, s: OutsideSync) -> Result<(), ()> {
+        let started = Instant::now();
+        let result = s.file.sync_data();
+        let us = us_since(started);
+        if let Err(e) = result {
+            let e = WalError::io(&s.path, e);
+            {
+                let mut st = self.state.lock();
+                st.syncing_from = None;
+                st.poisoned = Some(e.clone());
+            }
+            self.tell_listeners(Err(&e));
+            return Err(());
+        }
+        self.durable.advance(s.to);
+        {
+            let mut st = self.state.lock();
+            st.syncing_from = None;
+            let _ = st.hist.fdatasync_us.record(us);
+            let during = st.bytes_written - s.bytes_at;
+            if during > 0 {
+                st.unsynced_since = Some(started);
+                st.unsynced_bytes = during as usize;
+            } else {
+                st.unsynced_since = None;
+                st.unsynced_bytes = 0;
+            }
+        }
+        self.tell_listeners(Ok(Marks {
+            written: self.written.get(),
+            durable: self.durable.get(),
+        }));
+        Ok(())
     }
 
     fn tell_listeners(&self, r: Result<Marks, &WalError>) {

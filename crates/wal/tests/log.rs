@@ -1364,3 +1364,46 @@ fn records_recovered_after_a_kill_are_made_durable_at_open() {
     let log = Log::open(Arc::new(fs.clone()), &dir(), opts(Durability::Async)).unwrap();
     assert_eq!(log.appended_lsn(), lsn, "a record called durable was lost");
 }
+
+/// In async mode the syncer's fdatasync does not hold up writes: while one is held (a slow
+/// disk), a thread that writes before it sleeps still hands its records to the kernel, so
+/// they are acknowledged (written) though not durable yet. Before, the syncer held the writer
+/// lock through each fdatasync, and every async acknowledgement waited for the disk's flush.
+#[test]
+fn async_writes_go_on_while_an_fdatasync_runs() {
+    let fs = FaultyFs::new();
+    let o = LogOptions {
+        flush_interval: Duration::from_secs(60),
+        ..opts(Durability::Async)
+    };
+    let log = Arc::new(Log::open(Arc::new(fs.clone()), &dir(), o).unwrap());
+    let first = log.commit(b"one").unwrap();
+    fs.hold_syncs(true);
+    log.request_durable(first);
+    while fs.syncs_held() == 0 {
+        std::thread::yield_now();
+    }
+    let helper = {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || {
+            cairn_wal::writes_before_sleeping();
+            let lsn = log.append(b"two").unwrap();
+            log.write_ready();
+            (lsn, log.written_lsn())
+        })
+    };
+    let (lsn, written) = helper.join().unwrap();
+    let (held, durable) = (fs.syncs_held(), log.durable_lsn());
+    // Let the fdatasync go before asserting: a failed test must not leave the log stuck.
+    fs.hold_syncs(false);
+    assert!(
+        written >= lsn,
+        "record {lsn} not written while an fdatasync was held (written up to {written})"
+    );
+    assert_eq!(held, 1, "the fdatasync was still held");
+    assert!(durable < lsn, "durable without its fdatasync");
+    log.wait_durable(lsn).unwrap();
+    drop(log);
+    let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
+    assert_eq!(all(&log), vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
+}
