@@ -75,6 +75,10 @@ pub const REFUSE_FOR_TESTS: &str = "CAIRN_TEST_REFUSE_IO_URING";
 /// own buffer (as on a kernel without provided buffer rings) instead of a multishot receive.
 pub const SINGLE_SHOT_FOR_TESTS: &str = "CAIRN_TEST_SINGLE_SHOT_RECV";
 
+/// For A/B runs: when set, a turn that answered connections does not end with a yield (see
+/// `run`), as before the yield was measured.
+pub const NO_TURN_YIELD_FOR_AB: &str = "CAIRN_AB_NO_TURN_YIELD";
+
 /// A connection thread's ring, made on that thread. Single issuer with deferred task work:
 /// the kernel completes this ring's receives and sends only when the thread enters the ring
 /// to wait or submit, instead of interrupting it (an IPI and a task-work run) whenever a
@@ -845,6 +849,7 @@ fn run(
     let mut this_turn: Vec<usize> = Vec::new();
     let mut completions: Vec<(u64, i32, u32)> = Vec::new();
     let mut turn = 0u64;
+    let turn_yield = std::env::var_os(NO_TURN_YIELD_FOR_AB).is_none();
     let result = loop {
         turn += 1;
         let (jobs, stop) = {
@@ -875,6 +880,7 @@ fn run(
         // Two passes at most: the woken tasks, then (async mode) the ones this turn's log
         // write acknowledged, so that their replies enter the ring in this same turn instead
         // of costing another `io_uring_enter`.
+        let mut polled = 0usize;
         for pass in 0..2 {
             for id in this_turn.drain(..) {
                 let Some(Some(task)) = tasks.get_mut(id) else {
@@ -884,6 +890,7 @@ fn run(
                     continue;
                 }
                 task.turn = turn;
+                polled += 1;
                 let mut cx = Context::from_waker(&task.waker);
                 if task.future.as_mut().poll(&mut cx).is_ready() {
                     // Dropped here, outside any borrow of the driver: its ops are cancelled.
@@ -904,6 +911,28 @@ fn run(
                 break;
             }
             turn += 1;
+        }
+        // A turn that answered connections sends its replies now and then yields the core
+        // once, before it reaps the next completions: a thread that always finds completions
+        // waiting would otherwise hold its core for its whole time slice, while the clients
+        // its replies just woke (or anything else) wait for one, and its turns stay small.
+        // With the yield the clients run, more of them have sent their next request when
+        // the thread comes back, and a turn answers several times as many (about 25 instead
+        // of 6 at 2x25): fewer `io_uring_enter` calls and less user time per request, and a
+        // lower p99 on 2 cores shared with the load generator (BENCHMARKS.md, "A yield per
+        // turn"). With nothing else runnable it is one cheap system call.
+        if turn_yield && polled > 0 {
+            let queued = with_driver(|d| !d.ring.submission().is_empty());
+            if queued {
+                match with_driver(|d| d.ring.submit()) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                    Err(e) => break Err(e),
+                }
+            }
+            // SAFETY: takes no arguments and touches no memory of ours.
+            unsafe { libc::sched_yield() };
         }
         let more = READY.with(|r| !r.borrow().ids.is_empty());
         let entered = if more {
