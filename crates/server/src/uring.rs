@@ -52,6 +52,14 @@ const RING_ENTRIES: u32 = 1024;
 /// `user_data` of the eventfd read and of cancellations (slot numbers are below these).
 const EVENTFD: u64 = u64::MAX;
 const CANCEL: u64 = u64::MAX - 1;
+/// `user_data` of a fixed file slot's release (`FilesUpdate` to -1): this bit plus the slot.
+const RELEASE: u64 = 1 << 62;
+
+/// Registered file slots per ring at most (fewer under a lower `RLIMIT_NOFILE`, which bounds
+/// the table): a socket beyond them is used by its descriptor.
+const FIXED_FILES_MAX: u64 = 1 << 16;
+/// What a slot is set to when its socket goes: the kernel reads it when the op is issued.
+static NO_FILE: [i32; 1] = [-1];
 
 /// Builds a connection's task on its thread (the future itself need not be `Send`).
 pub type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
@@ -74,6 +82,14 @@ pub const REFUSE_FOR_TESTS: &str = "CAIRN_TEST_REFUSE_IO_URING";
 /// For tests and A/B runs: when set, each read is a single-shot receive into the connection's
 /// own buffer (as on a kernel without provided buffer rings) instead of a multishot receive.
 pub const SINGLE_SHOT_FOR_TESTS: &str = "CAIRN_TEST_SINGLE_SHOT_RECV";
+
+/// For A/B runs: when set, sockets are used by descriptor, not through the ring's registered
+/// file table.
+pub const NO_FIXED_FILES_FOR_AB: &str = "CAIRN_AB_NO_FIXED_FILES";
+
+/// For tests: a smaller registered file table per ring (this many slots), so that a test
+/// can fill it and see the slots of ended connections reused.
+pub const FIXED_FILES_FOR_TESTS: &str = "CAIRN_TEST_FIXED_FILES";
 
 /// For A/B runs: when set, a turn that answered connections does not end with a yield (see
 /// `run`), as before the yield was measured.
@@ -387,6 +403,9 @@ struct Driver {
     /// Provided buffers for multishot receives; `None` where the kernel has none (a
     /// single-shot receive per read then).
     bufs: Option<BufRing>,
+    /// Free slots of the ring's registered file table (`None`: no table, sockets are used
+    /// by descriptor).
+    fixed: Option<Vec<u32>>,
 }
 
 thread_local! {
@@ -403,6 +422,38 @@ impl Driver {
             self.ring.submit()?;
         }
         Ok(())
+    }
+
+    /// Registers `fd` in a free slot of the ring's file table, so that its ops name the
+    /// slot (`IOSQE_FIXED_FILE`) and the kernel skips looking the descriptor up and taking
+    /// a reference to its file for each one; `None` if there is no table or no free slot.
+    fn register_fixed(&mut self, fd: i32) -> Option<u32> {
+        let slot = self.fixed.as_mut()?.pop()?;
+        match self.ring.submitter().register_files_update(slot, &[fd]) {
+            Ok(_) => Some(slot),
+            Err(_) => {
+                if let Some(free) = self.fixed.as_mut() {
+                    free.push(slot);
+                }
+                None
+            }
+        }
+    }
+
+    /// Empties a socket's file slot after the ops already queued for it: the update goes
+    /// through the ring, so it is issued after them (a receive queued in this same turn
+    /// still finds its file), and the slot is free again once its completion is reaped.
+    /// The table's reference is what keeps the socket open after its descriptor is closed.
+    fn release_fixed(&mut self, slot: u32) {
+        let entry = opcode::FilesUpdate::new(NO_FILE.as_ptr(), 1)
+            .offset(slot as i32)
+            .build()
+            .user_data(RELEASE | u64::from(slot));
+        if self.push(&entry).is_err() {
+            // Not queued: emptied at once instead, and the slot is not used again (an op of
+            // the old socket might still be queued behind it).
+            let _ = self.ring.submitter().register_files_update(slot, &NO_FILE);
+        }
     }
 
     /// A free slot's id.
@@ -611,6 +662,31 @@ pub struct Socket {
     spare: Vec<u8>,
     /// The slot of its multishot receive, from the first read until the receive ends.
     recv: Option<usize>,
+    /// Its slot in the ring's registered file table, if it has one.
+    fixed: Option<u32>,
+}
+
+/// Builds an op on a socket: by its fixed file slot if it has one, else by descriptor.
+macro_rules! on_socket {
+    ($socket:expr, |$target:ident| $build:expr) => {
+        match $socket.fixed {
+            Some(slot) => {
+                let $target = types::Fixed(slot);
+                $build
+            }
+            None => {
+                let $target = types::Fd($socket.fd);
+                $build
+            }
+        }
+    };
+}
+
+/// What names a socket in an op: its fixed file slot, or its descriptor.
+#[derive(Clone, Copy)]
+struct Target {
+    fixed: Option<u32>,
+    fd: i32,
 }
 
 impl Socket {
@@ -619,25 +695,40 @@ impl Socket {
     pub fn new(tcp: std::net::TcpStream) -> io::Result<Socket> {
         tcp.set_nonblocking(false)?;
         tcp.set_nodelay(true)?;
+        let fd = tcp.as_raw_fd();
+        let fixed = DRIVER.with(|d| {
+            d.try_borrow_mut()
+                .ok()?
+                .as_mut()
+                .and_then(|d| d.register_fixed(fd))
+        });
         Ok(Socket {
             tcp,
             in_flight: None,
             spare: Vec::new(),
             recv: None,
+            fixed,
         })
     }
 
-    fn fd(&self) -> types::Fd {
-        types::Fd(self.tcp.as_raw_fd())
+    fn target(&self) -> Target {
+        Target {
+            fixed: self.fixed,
+            fd: self.tcp.as_raw_fd(),
+        }
     }
 
     /// Submits a send of `buf[sent..]`. MSG_WAITALL: the kernel itself sends the rest of a
     /// short write before it completes the op.
     fn submit_send(&self, buf: Vec<u8>, sent: usize) -> io::Result<Op> {
         let rest = &buf[sent..];
-        let entry = opcode::Send::new(self.fd(), rest.as_ptr(), rest.len() as u32)
-            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
-            .build();
+        let entry = on_socket!(self.target(), |target| opcode::Send::new(
+            target,
+            rest.as_ptr(),
+            rest.len() as u32
+        )
+        .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+        .build());
         Op::submit(buf, entry)
     }
 
@@ -672,12 +763,13 @@ impl Socket {
         buf: &mut Vec<u8>,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        let fd = self.fd();
+        let socket = self.target();
         with_driver(|d| loop {
             let Some(id) = self.recv else {
                 let id = d.slot();
                 d.slots[id] = Slot::Recv(Box::default());
-                let entry = opcode::RecvMulti::new(fd, RECV_GROUP).build();
+                let entry = on_socket!(socket, |target| opcode::RecvMulti::new(target, RECV_GROUP)
+                    .build());
                 if let Err(e) = d.push(&entry.user_data(id as u64)) {
                     d.slots[id] = Slot::Free;
                     d.free.push(id);
@@ -718,10 +810,8 @@ impl Socket {
 
 impl Drop for Socket {
     /// A multishot receive still submitted is cancelled; its slot goes when the kernel ends it.
+    /// The socket's fixed file slot is emptied after that (the socket closes then).
     fn drop(&mut self) {
-        let Some(id) = self.recv else {
-            return;
-        };
         DRIVER.with(|d| {
             let Ok(mut d) = d.try_borrow_mut() else {
                 return;
@@ -729,22 +819,31 @@ impl Drop for Socket {
             let Some(d) = d.as_mut() else {
                 return;
             };
-            let ended = match &mut d.slots[id] {
-                Slot::Recv(a) => {
-                    a.orphan = true;
-                    a.waker = None;
-                    a.ended.is_some()
+            if let Some(id) = self.recv {
+                let ended = match &mut d.slots[id] {
+                    Slot::Recv(a) => {
+                        a.orphan = true;
+                        a.waker = None;
+                        Some(a.ended.is_some())
+                    }
+                    _ => None,
+                };
+                match ended {
+                    Some(true) => {
+                        d.slots[id] = Slot::Free;
+                        d.free.push(id);
+                    }
+                    Some(false) => {
+                        let cancel = opcode::AsyncCancel::new(id as u64)
+                            .build()
+                            .user_data(CANCEL);
+                        let _ = d.push(&cancel);
+                    }
+                    None => {}
                 }
-                _ => return,
-            };
-            if ended {
-                d.slots[id] = Slot::Free;
-                d.free.push(id);
-            } else {
-                let cancel = opcode::AsyncCancel::new(id as u64)
-                    .build()
-                    .user_data(CANCEL);
-                let _ = d.push(&cancel);
+            }
+            if let Some(slot) = self.fixed {
+                d.release_fixed(slot);
             }
         });
     }
@@ -773,8 +872,12 @@ impl Transport for Socket {
             owned.reserve(4096);
         }
         let spare = owned.spare_capacity_mut();
-        let entry =
-            opcode::Recv::new(self.fd(), spare.as_mut_ptr().cast(), spare.len() as u32).build();
+        let entry = on_socket!(self.target(), |target| opcode::Recv::new(
+            target,
+            spare.as_mut_ptr().cast(),
+            spare.len() as u32
+        )
+        .build());
         let (res, mut owned) = Op::submit(owned, entry)?.await;
         let n = result(res);
         if let Ok(n) = n {
@@ -824,12 +927,18 @@ fn run(
     } else {
         BufRing::register(&ring).ok()
     };
+    // A sparse table of registered files for the thread's sockets (kernels from 5.19), as
+    // large as the descriptor limit allows.
+    let fixed_files = fixed_file_slots();
+    let fixed = (fixed_files > 0 && ring.submitter().register_files_sparse(fixed_files).is_ok())
+        .then(|| (0..fixed_files).rev().collect());
     DRIVER.with(|d| {
         *d.borrow_mut() = Some(Driver {
             ring,
             slots: Vec::new(),
             free: Vec::new(),
             bufs,
+            fixed,
         })
     });
     // The eventfd read, always pending: another thread's wake completes it. Its 8 bytes
@@ -970,6 +1079,12 @@ fn run(
                 match data {
                     EVENTFD => rearm = true,
                     CANCEL => {}
+                    r if r & RELEASE != 0 => {
+                        // Emptied (or already empty): the slot can take another socket.
+                        if let Some(free) = d.fixed.as_mut() {
+                            free.push((r & !RELEASE) as u32);
+                        }
+                    }
                     id => wakers.extend(d.complete(id as usize, res, flags)),
                 }
             }
@@ -992,6 +1107,26 @@ fn run(
         std::mem::forget(d.bufs);
     }
     result
+}
+
+/// How many registered file slots a ring gets: the descriptor limit bounds the table.
+fn fixed_file_slots() -> u32 {
+    if std::env::var_os(NO_FIXED_FILES_FOR_AB).is_some() {
+        return 0;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a live struct of ours.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 0;
+    }
+    let cap = std::env::var(FIXED_FILES_FOR_TESTS)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(FIXED_FILES_MAX);
+    limit.rlim_cur.min(FIXED_FILES_MAX).min(cap) as u32
 }
 
 fn with_driver<R>(f: impl FnOnce(&mut Driver) -> R) -> R {

@@ -308,3 +308,82 @@ fn stats_conns_lists_uring_connections() {
     let text = String::from_utf8(got).unwrap();
     assert!(text.contains(&format!(":addr tcp:{mine}\r\n")), "{text}");
 }
+
+/// The sockets a ring's registered file table holds now, from the kernel's own listing
+/// (`/proc/PID/fdinfo` of the server's rings: one `N: socket:[inode]` line per slot in use).
+fn registered_sockets(pid: u32) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
+        let Ok(info) = std::fs::read_to_string(entry.unwrap().path()) else {
+            continue;
+        };
+        let mut in_files = false;
+        for line in info.lines() {
+            if line.starts_with("UserFiles:") {
+                in_files = true;
+            } else if in_files && line.trim_start().contains(": socket:[") {
+                n += 1;
+            } else if in_files {
+                in_files = false;
+            }
+        }
+    }
+    n
+}
+
+/// Waits (polling, with a deadline) until the rings hold `want` registered sockets.
+fn until_registered(server: &Server, want: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let n = registered_sockets(server.child.id());
+        if n == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{n} sockets registered, {want} expected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sockets go through the ring's registered file table: with 4 slots, 6 connections at once
+/// fill it (the other 2 are served by descriptor); slots of ended connections are emptied,
+/// and reused by the connections after them; a connection the server ends (`quit`) is closed
+/// (the client reads to the end) although the table held a reference to its socket.
+#[test]
+fn registered_file_slots_are_emptied_and_reused() {
+    if !uring() {
+        return;
+    }
+    let server = Server::start_with_env(
+        &[(cairn_server::uring::FIXED_FILES_FOR_TESTS, "4")],
+        &["--io-engine", "uring", "--persistence", "off", "-t", "1"],
+    );
+    let mut open: Vec<_> = (0..6).map(|_| server.connect()).collect();
+    for (i, c) in open.iter_mut().enumerate() {
+        let set = format!("set k{i} 0 0 1\r\n{i}\r\n");
+        golden(c, &[(set.as_str(), "STORED\r\n")]);
+    }
+    until_registered(&server, 4);
+    drop(open);
+    until_registered(&server, 0);
+    for i in 0..20 {
+        let mut c = server.connect();
+        c.send(format!("get k{}\r\nquit\r\n", i % 6).as_bytes());
+        let mut got = Vec::new();
+        c.stream
+            .read_to_end(&mut got)
+            .expect("the server closes the connection after quit");
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            format!("VALUE k{0} 0 1\r\n{0}\r\nEND\r\n", i % 6)
+        );
+    }
+    // Two at once again: both registered (their slots were freed by the ones before).
+    let mut two: Vec<_> = (0..2).map(|_| server.connect()).collect();
+    for c in two.iter_mut() {
+        golden(c, &[("get k0\r\n", "VALUE k0 0 1\r\n0\r\nEND\r\n")]);
+    }
+    until_registered(&server, 2);
+}
