@@ -38,6 +38,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverutil import free_port, wait_ready  # noqa: E402
+from grpc_bench import stats_grpc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,7 +61,7 @@ def start(binary, flags, env):
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          env={**os.environ, **env})
     wait_ready(port)
-    return p, f"127.0.0.1:{gport}", data
+    return p, f"127.0.0.1:{gport}", data, port
 
 
 def bench(args, addr, pid, extra):
@@ -115,13 +116,18 @@ def fanout(args, addr, pid, layout):
 def main_fanout(args, variants):
     runs = {}
     print("| round | variant | writes/s | events | short | out of order | p50 ms | p90 ms | p99 ms "
-          "| max ms | server us/event | server cores | client cores | RSS +KiB (stalled stream) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| max ms | server us/event | server cores | client cores | RSS +KiB (stalled stream) "
+          "| ring KiB | events/response |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
         for name, binary, flags, env, layout in variants:
-            p, addr, data = start(binary, flags, env)
+            p, addr, data, port = start(binary, flags, env)
             try:
                 r = fanout(args, addr, p.pid, layout)
+                st = stats_grpc(port)
+                r["ring_kib"] = int(st.get("watch_history_bytes", 0)) / 1024
+                r["per_response"] = int(st.get("grpc_watch_events_sent", 0)) / max(
+                    int(st.get("grpc_watch_responses_sent", 0)), 1)
             finally:
                 p.terminate()
                 p.wait()
@@ -130,17 +136,19 @@ def main_fanout(args, variants):
             print(f"| {rnd} | {name} | {r['wps']:.0f} | {r['events']:.0f} | {r['short']:.0f} "
                   f"| {r['misordered']:.0f} | {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['max']:.2f} "
                   f"| {r['us']:.2f} | {r['cores']:.2f} | {r['client_cores']:.2f} "
-                  f"| {r['rss_kib']:+.0f} |", flush=True)
+                  f"| {r['rss_kib']:+.0f} | {r['ring_kib']:.0f} | {r['per_response']:.2f} |",
+                  flush=True)
     print("\nMedians:\n")
     print("| variant | writes/s | p50 ms | p90 ms | p99 ms | max ms | server us/event "
-          "| server cores | client cores | RSS +KiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| server cores | client cores | RSS +KiB | ring KiB | events/response |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, *_ in variants:
         rs = runs[name]
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         print(f"| {name} | {med['wps']:.0f} | {med['p50']:.2f} | {med['p90']:.2f} "
               f"| {med['p99']:.2f} | {med['max']:.2f} | {med['us']:.2f} "
-              f"| {med['cores']:.2f} | {med['client_cores']:.2f} | {med['rss_kib']:+.0f} |")
+              f"| {med['cores']:.2f} | {med['client_cores']:.2f} | {med['rss_kib']:+.0f} "
+              f"| {med['ring_kib']:.0f} | {med['per_response']:.2f} |")
 
 
 def main():
@@ -169,7 +177,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
         for name, binary, flags, env, _ in variants:
-            p, addr, data = start(binary, flags, env)
+            p, addr, data, _ = start(binary, flags, env)
             try:
                 subprocess.run([args.bench_bin, "grpc", "--addr", addr, "--keys", "1000",
                                 "--preload", "-n", "1"], check=True, capture_output=True)

@@ -31,8 +31,10 @@ import base64
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -89,6 +91,39 @@ def memcached_get(args, port, clients):
     line = next(l for l in out.splitlines() if l.startswith("Totals"))
     f = line.split()
     return {"rps": float(f[1]), "avg": float(f[5]), "p50": float(f[6]), "p99": float(f[9])}
+
+
+def stats_grpc(port):
+    """The server's `stats grpc` figures (the gRPC counters and the watch hub's), by name."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        c.sendall(b"stats grpc\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    out = {}
+    for line in buf.decode().splitlines():
+        f = line.split()
+        if len(f) == 3 and f[0] == "STAT":
+            out[f[1]] = f[2]
+    return out
+
+
+def watch_figures(port, out):
+    """What `stats grpc` adds to a fan-out's output: the history ring's bytes (which the
+    stalled stream's RSS growth includes) and the events a watch response held on average."""
+    st = stats_grpc(port)
+    ring = int(st.get("watch_history_bytes", 0))
+    events, responses = (int(st.get(k, 0)) for k in ("grpc_watch_events_sent",
+                                                      "grpc_watch_responses_sent"))
+    line = (f"history ring {ring / 1024:.0f} KiB; events per watch response "
+            f"{events / max(responses, 1):.2f} ({events} / {responses})")
+    m = re.search(r"\(([+-]\d+) KiB\)", out)
+    if m:
+        line += f"; RSS growth beyond the ring {int(m.group(1)) - ring / 1024:+.0f} KiB"
+    return line
 
 
 def cpu_of(pid):
@@ -318,7 +353,8 @@ def w5(args):
             try:
                 out = watch_bench(args, "fanout", server[2], "w5/", 1000, 1000, args.secs,
                                   server[0].pid, *layout)
-                print(f"persistence {mode}: {out.strip()}", flush=True)
+                print(f"persistence {mode}: {out.strip()}\n{watch_figures(server[1], out)}",
+                      flush=True)
             finally:
                 stop(server)
 
