@@ -73,6 +73,10 @@ struct State {
     faults: BTreeMap<(Op, bool), (usize, i32)>,
     /// Bytes a write may still add in total before ENOSPC (None = unlimited).
     space_left: Option<usize>,
+    /// Every write to an ordinary file: (file, offset, length), see [`FaultyFs::writes`].
+    writes: Vec<(PathBuf, u64, usize)>,
+    /// `drop_cache` calls on ordinary files, by file.
+    cache_drops: Vec<PathBuf>,
 }
 
 /// The fake filesystem. Cheap to clone; clones share state, and each clone is a new process
@@ -218,6 +222,18 @@ impl FaultyFs {
         s.space_left = None;
     }
 
+    /// Every write made so far to an ordinary (not spare) file: (path, offset, length), in
+    /// order; the path is the one the file was opened or created under.
+    pub fn writes(&self) -> Vec<(PathBuf, u64, usize)> {
+        self.state.lock().writes.clone()
+    }
+
+    /// The ordinary files whose cache was dropped ([`LogFile::drop_cache`]), one entry a
+    /// call, in order.
+    pub fn cache_drops(&self) -> Vec<PathBuf> {
+        self.state.lock().cache_drops.clone()
+    }
+
     /// Direct access for corruption tests: runs `f` on a file's bytes (both views).
     pub fn corrupt(&self, path: &Path, f: impl Fn(&mut Vec<u8>)) {
         let s = self.state.lock();
@@ -245,6 +261,8 @@ impl FaultyFs {
 struct FaultyFile {
     fs: FaultyFs,
     data: Arc<Mutex<FileData>>,
+    /// The name it was opened or created under (for [`FaultyFs::writes`]).
+    path: PathBuf,
 }
 
 impl LogFile for FaultyFile {
@@ -255,6 +273,9 @@ impl LogFile for FaultyFile {
         let growth = end.saturating_sub(f.data.len());
         {
             let mut s = self.fs.state.lock();
+            if !f.spare {
+                s.writes.push((self.path.clone(), offset, buf.len()));
+            }
             if let Some(left) = s.space_left.as_mut() {
                 if growth > *left {
                     return Err(io::Error::from_raw_os_error(libc::ENOSPC));
@@ -302,6 +323,12 @@ impl LogFile for FaultyFile {
         Ok(self.data.lock().data.len() as u64)
     }
 
+    fn drop_cache(&self) {
+        if self.fs.alive().is_ok() && !self.data.lock().spare {
+            self.fs.state.lock().cache_drops.push(self.path.clone());
+        }
+    }
+
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.fs.alive()?;
         let mut f = self.data.lock();
@@ -335,6 +362,7 @@ impl FileSystem for FaultyFs {
         Ok(Box::new(FaultyFile {
             fs: self.same_process(),
             data,
+            path: path.to_path_buf(),
         }))
     }
 
@@ -349,6 +377,7 @@ impl FileSystem for FaultyFs {
         Ok(Box::new(FaultyFile {
             fs: self.same_process(),
             data,
+            path: path.to_path_buf(),
         }))
     }
 

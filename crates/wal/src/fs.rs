@@ -40,6 +40,9 @@ pub trait LogFile: Send + Sync {
     /// A hint that the whole file is about to be read: the real disk starts reading it into
     /// the page cache in the background, so reading overlaps checking. Does nothing by default.
     fn will_need(&self) {}
+    /// A hint that the file's cached pages are not needed: the real disk drops the clean ones
+    /// (`POSIX_FADV_DONTNEED`). Does nothing by default.
+    fn drop_cache(&self) {}
 }
 
 /// Directory operations plus opening files.
@@ -176,6 +179,12 @@ impl LogFile for RealFile {
             libc::posix_fadvise(self.0.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED);
         }
     }
+    fn drop_cache(&self) {
+        // SAFETY: the fd is open; a hint has no effect on memory safety. Failure is harmless.
+        unsafe {
+            libc::posix_fadvise(self.0.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
 }
 
 impl FileSystem for RealFs {
@@ -293,6 +302,9 @@ impl LogFile for DelayedFile {
     }
     fn will_need(&self) {
         self.inner.will_need()
+    }
+    fn drop_cache(&self) {
+        self.inner.drop_cache()
     }
 }
 

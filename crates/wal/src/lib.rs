@@ -628,6 +628,8 @@ impl Log {
         tail.file
             .sync_data()
             .map_err(|e| WalError::io(&tail.path, e))?;
+        // Recovery read it into the page cache (large folios): see `Tail::drop_cache`.
+        tail.drop_cache();
         shared.maybe_request_spare(&mut tail);
         *shared.writer.lock() = Some(syncer::Writer {
             tail,

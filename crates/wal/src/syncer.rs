@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::appender::Chunk;
-use crate::fs::LogFile;
+use crate::fs::{LogFile, DIRECT_ALIGN};
 use crate::segment::Tail;
 use crate::{format, Durability, Lsn, Marks, Shared, State, WalError};
 
@@ -94,6 +94,9 @@ enum Timed {
     /// One `pwritev2(RWF_DSYNC)`.
     Dsync { us: u64 },
 }
+
+/// Zeros that pad an async write on a direct tail to a block's end.
+static ZERO_BLOCK: [u8; DIRECT_ALIGN] = [0; DIRECT_ALIGN];
 
 fn us_since(t: Instant) -> u64 {
     (t.elapsed().as_micros() as u64).max(1)
@@ -499,11 +502,17 @@ impl Shared {
             Some(d) => {
                 // Async on a direct tail: through the page cache, from the same block start
                 // as an O_DIRECT write, so the kept bytes (the header, in a new segment) are
-                // written too.
+                // written too, and to a block's end (zeros after the end marker, as an
+                // O_DIRECT write pads): whole blocks, which the kernel writes into the page
+                // cache without reading what the file holds there (the tail's cache was
+                // dropped, `Tail::drop_cache`).
                 let block_start = tail.offset - d.kept as u64;
-                let mut with_kept: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                let written = d.kept + parts.iter().map(|p| p.len()).sum::<usize>();
+                let pad = written.next_multiple_of(DIRECT_ALIGN) - written;
+                let mut with_kept: Vec<&[u8]> = Vec::with_capacity(parts.len() + 2);
                 with_kept.push(d.kept_bytes());
                 with_kept.extend_from_slice(parts);
+                with_kept.push(&ZERO_BLOCK[..pad]);
                 let file = tail.buffered.as_deref().expect("a direct tail has both");
                 file.write_vectored_at(block_start, &with_kept)
                     .map_err(io)?;

@@ -1407,3 +1407,63 @@ fn async_writes_go_on_while_an_fdatasync_runs() {
     let log = Log::open(Arc::new(fs), &dir(), opts(Durability::Async)).unwrap();
     assert_eq!(all(&log), vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
 }
+
+/// On an O_DIRECT tail, async mode's writes through the page cache are whole 4 KiB blocks
+/// (from the block holding the tail's end to the block's end past the end marker), and the
+/// tail's cached pages are dropped whenever a file becomes the tail (at open, and at each new
+/// segment): the kernel then puts those writes into pages the size of the writes, without
+/// reading the file, instead of walking the large folios a zero fill leaves (`Tail::drop_cache`).
+/// Records of every size still read back.
+#[test]
+fn async_writes_on_a_direct_tail_are_whole_blocks_after_the_cache_is_dropped() {
+    let fs = FaultyFs::new();
+    let o = LogOptions {
+        direct_io: true,
+        segment_bytes: 32 << 10,
+        ..opts(Durability::Async)
+    };
+    let log = Arc::new(Log::open(Arc::new(fs.clone()), &dir(), o.clone()).unwrap());
+    let writes_before = fs.writes().len();
+    assert_eq!(
+        fs.cache_drops().len(),
+        1,
+        "the tail's cache is dropped at open"
+    );
+    let body = |i: u64| vec![(i % 251) as u8 + 1; 1 + (i as usize * 97) % 1500];
+    let helper = {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || {
+            cairn_wal::writes_before_sleeping();
+            for i in 1..=300u64 {
+                assert_eq!(log.append(&body(i)).unwrap(), i);
+                log.write_ready();
+            }
+            log.write_ready();
+        })
+    };
+    helper.join().unwrap();
+    log.sync().unwrap();
+    let segments = log.stats().segments;
+    drop(log);
+    // 300 records of 1-1500 bytes fill more than one 32 KiB segment, however they batch.
+    assert!(segments >= 2, "rolled over: {segments} segments");
+    let writes = fs.writes();
+    let async_writes = &writes[writes_before..];
+    assert!(async_writes.len() > 10);
+    for (path, offset, len) in async_writes {
+        assert!(
+            offset % 4096 == 0 && len % 4096 == 0,
+            "a write of {len} bytes at {offset} in {} is not whole blocks",
+            path.display()
+        );
+    }
+    assert!(
+        fs.cache_drops().len() >= segments,
+        "{} cache drops for {segments} segments",
+        fs.cache_drops().len()
+    );
+    let log = Log::open(Arc::new(fs), &dir(), o).unwrap();
+    let got = all(&log);
+    assert_eq!(got.len(), 300);
+    assert!(got.iter().all(|(l, p)| *p == body(*l)));
+}
