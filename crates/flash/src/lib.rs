@@ -267,6 +267,9 @@ pub enum Promotion {
     Always,
 }
 
+/// Threads reading the named segments' headers at recovery (see [`Flash::recover_pins`]).
+const PIN_READERS: usize = 16;
+
 /// Lookups a read retries when the item moved while it was being read.
 const LOOKUP_TRIES: usize = 4;
 
@@ -820,21 +823,43 @@ impl Flash {
         if !self.trust_existing {
             return 0;
         }
-        let mut block = AlignedBuf::new(BLOCK);
-        let mut kept: Vec<(u64, u32)> = Vec::new();
-        for &(seg, seq) in pins {
-            if u64::from(seg) >= self.superblock.segment_count || kept.iter().any(|k| k.1 == seg) {
-                continue;
-            }
-            let ok = self
-                .device
-                .read_at(self.seg_offset(seg), &mut block)
-                .is_ok()
-                && SegmentHeader::decode(&block).is_some_and(|h| h.segment == seg && h.seq == seq);
-            if ok {
-                kept.push((seq, seg));
-            }
-        }
+        let mut wanted: Vec<(u32, u64)> = pins
+            .iter()
+            .copied()
+            .filter(|&(seg, _)| u64::from(seg) < self.superblock.segment_count)
+            .collect();
+        // Each (segment, seq) once; a segment's header holds one seq, so at most one of the
+        // pairs naming a segment is kept.
+        wanted.sort_unstable();
+        wanted.dedup();
+        // The header reads (one 4 KiB read per named segment, a thousand at 10M items) are
+        // made PIN_READERS at a time: one after another they were waits on the device in a
+        // row (92 ms at 10M items on an idle disk, 250 ms at 3M on a busy one).
+        let per = wanted.len().div_ceil(PIN_READERS).max(1);
+        let mut kept: Vec<(u64, u32)> = std::thread::scope(|s| {
+            let readers: Vec<_> = wanted
+                .chunks(per)
+                .map(|part| {
+                    s.spawn(move || {
+                        let mut block = AlignedBuf::new(BLOCK);
+                        part.iter()
+                            .filter(|&&(seg, seq)| {
+                                self.device
+                                    .read_at(self.seg_offset(seg), &mut block)
+                                    .is_ok()
+                                    && SegmentHeader::decode(&block)
+                                        .is_some_and(|h| h.segment == seg && h.seq == seq)
+                            })
+                            .map(|&(seg, seq)| (seq, seg))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            readers
+                .into_iter()
+                .flat_map(|r| r.join().expect("a pin reader panicked"))
+                .collect()
+        });
         kept.sort_unstable();
         let mut inner = self.inner.lock();
         for &(seq, seg) in &kept {
