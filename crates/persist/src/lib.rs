@@ -215,6 +215,9 @@ pub struct PersistStats {
     pub recovery_dropped_items: u64,
     /// Flash entries recovery put back in the index (their items stayed on flash).
     pub recovered_flash_items: u64,
+    /// Replayed log records recovery put straight on flash (newer records of their shard
+    /// would have evicted them from RAM; see `replay`).
+    pub recovery_replayed_to_flash: u64,
     /// Flash entries of the snapshot recovery could not trust (their segment was rewritten,
     /// the tier is gone or reshaped): lost, as if evicted.
     pub recovery_flash_dropped: u64,
@@ -888,6 +891,10 @@ impl Persistence {
                 s.recovery_dropped_items.to_string(),
             ),
             ("recovered_flash_items", s.recovered_flash_items.to_string()),
+            (
+                "recovery_replayed_to_flash",
+                s.recovery_replayed_to_flash.to_string(),
+            ),
             (
                 "recovery_flash_dropped",
                 s.recovery_flash_dropped.to_string(),

@@ -102,7 +102,8 @@ impl Persistence {
         stats.recovery_ms = started.elapsed().as_millis() as u64;
         tracing::info!(
             "recovery done in {} ms (log open {} ms, flash pins {} ms, snapshot {} ms, replay \
-             {} ms): snapshot at {} ({} items), {} log records, {} live items",
+             {} ms): snapshot at {} ({} items), {} log records ({} straight to flash), {} live \
+             items",
             stats.recovery_ms,
             stats.recovery_log_open_ms,
             stats.recovery_flash_pins_ms,
@@ -111,6 +112,7 @@ impl Persistence {
             base.loaded,
             stats.recovered_items,
             stats.recovered_log_records,
+            stats.recovery_replayed_to_flash,
             store.stats().curr_items
         );
         stats.recovered_items = store.stats().curr_items;
@@ -369,8 +371,20 @@ fn replay_log(
         records,
         bytes,
         dropped,
-    } = replay::replay(log, store, snapshot + 1, recovery_threads())?;
+        to_flash,
+    } = replay::replay(
+        log,
+        store,
+        snapshot + 1,
+        if config.flash.is_some() {
+            recovery_threads().max(replay::WORKERS_WITH_FLASH)
+        } else {
+            recovery_threads()
+        },
+        config.flash.is_some(),
+    )?;
     stats.recovery_dropped_items += dropped;
+    stats.recovery_replayed_to_flash = to_flash;
     if stats.recovery_dropped_items > 0 {
         tracing::warn!(
             "recovery: {} items did not fit this configuration (-m or -I smaller than when \

@@ -548,6 +548,62 @@ impl Store {
         }
     }
 
+    /// Recovery only: puts a replayed store of `key` straight on flash, where RAM eviction
+    /// would move it once newer items fill its shard, instead of storing it in RAM and moving
+    /// it at that eviction (about half the work of a replayed record; see
+    /// `cairn_persist::replay`, which calls this only for records that newer ones of the same
+    /// shard, at least a shard's RAM of them, follow). Taken only when the shard's RAM is
+    /// full (it has no room for another segment: the items now in it, and this one if it
+    /// were stored, leave before that much newer data), the item is not expired, evictions
+    /// are on (not `-M`), and the tier takes it;
+    /// the key's older copies, in RAM or on flash, are removed first, as a store removes
+    /// them. `meta` gives flags, exptime, cas, stale and the revision (the record's LSN);
+    /// nothing is reported to the sink (recovery does not log what it replays), and the CAS
+    /// floor is left to the caller. Returns false when not taken: the caller then stores it
+    /// the usual way (its older copies may be gone already, as that store removes them).
+    pub fn replay_to_flash(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: &ItemMeta,
+        now: UnixSecs,
+    ) -> bool {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        if shard.tier.is_none()
+            || !self.config.evict_when_full
+            || meta.exptime != 0 && meta.exptime <= now
+        {
+            return false;
+        }
+        let size = shard::needed(key, value.len(), meta.flags, meta.exptime);
+        if size > self.config.item_size_max_bytes
+            || key.len() > u8::MAX as usize
+            || shard.memory_used() + size.max(segment::SEGMENT_SIZE) <= shard.budget
+        {
+            // Room for another segment: the item would stay in RAM.
+            return false;
+        }
+        shard.remove(hash, key);
+        shard.flash_remove_key(hash, key);
+        let Some(loc) = shard
+            .tier
+            .as_deref()
+            .and_then(|t| t.admit(hash, key, value, meta))
+        else {
+            return false;
+        };
+        shard.flash_insert(loc);
+        shard.counters.total_items += 1;
+        shard.counters.evicted_to_flash += 1;
+        true
+    }
+
+    /// The RAM one shard may use (the memory limit over the shards).
+    pub fn shard_budget_bytes(&self) -> usize {
+        (self.memory_limit_bytes.load(Ordering::Relaxed) / self.shards.len() as u64) as usize
+    }
+
     /// Runs `f` with exclusive access to one key's slot (the shard lock is held during `f`).
     /// All conditional writes (add/replace/cas/append/incr/touch/meta) are built on this.
     pub fn entry<R>(&self, key: &[u8], now: UnixSecs, f: impl FnOnce(&mut Entry<'_>) -> R) -> R {
