@@ -93,6 +93,15 @@ pub struct SuiteArgs {
     /// flash-reads-ab-results.{md,json}).
     #[arg(long, default_value = "all")]
     pub flash_phases: String,
+    /// `flash`, F5: insert the keys in this many parts, each in a hold of `--lock-file` of
+    /// its own (the server idles between them), so that a large F5 never holds the bench
+    /// lock for long; the kill, restart and check of every key are one more hold.
+    #[arg(long, default_value_t = 1)]
+    pub f5_insert_holds: u64,
+    /// `flash`, F5: a lock file (e.g. /work/bench.lock) taken with flock for each part of
+    /// F5 (see `--f5-insert-holds`) instead of around the whole run.
+    #[arg(long)]
+    pub lock_file: Option<PathBuf>,
 }
 
 fn parse_alt(s: &str) -> Result<(String, PathBuf), String> {
