@@ -13,8 +13,8 @@
 //! (each sets or removes only its key). Only the flush records touch every key, so they wait
 //! until everything before them is applied and nothing after them is sent before they are.
 //!
-//! With a flash tier, a worker holds back each shard's newest records, up to a shard's RAM
-//! (its *window*), and applies a record only when newer ones push it out of the window, or at
+//! With a flash tier, a worker holds back each shard's newest records, up to the RAM the
+//! shard has for items (its *window*), and applies a record only when newer ones push it out of the window, or at
 //! a fence, or at the end. A stored record pushed out while its shard's RAM is full goes
 //! straight to flash ([`Store::replay_to_flash`]): replayed in order, it would have been
 //! stored in RAM and moved to flash by the eviction the newer records cause, so it ends in
@@ -82,13 +82,21 @@ pub(crate) fn replay(
 ) -> Result<Replayed, PersistError> {
     let workers = workers.max(1);
     let now = now_unix();
-    let window_bytes = if flash {
-        store
-            .shard_budget_bytes()
-            .min(WINDOWS_MAX_BYTES / store.shard_count().max(1))
-    } else {
-        0
-    };
+    // Each shard's window: the RAM its items have (after the snapshot restored the flash
+    // index, which takes its share of the budget), so that what the window holds at the end
+    // is about what RAM keeps.
+    let window_bytes: Vec<usize> = (0..store.shard_count())
+        .map(|i| {
+            if flash {
+                store
+                    .item_room_bytes(i)
+                    .min(WINDOWS_MAX_BYTES / store.shard_count().max(1))
+            } else {
+                0
+            }
+        })
+        .collect();
+    let window_bytes = &window_bytes;
     let dropped = AtomicU64::new(0);
     let to_flash = AtomicU64::new(0);
     let mut first_seen = None;
@@ -167,23 +175,26 @@ pub(crate) fn replay(
 }
 
 /// A worker: applies batches in the order they arrive until its channel closes, through
-/// its shards' windows when `window_bytes` > 0.
+/// its shards' windows (`window_bytes`, by shard; 0: none).
 fn apply_loop(
     store: &Store,
     now: u32,
     rx: Receiver<Work>,
     dropped: &AtomicU64,
     to_flash: &AtomicU64,
-    window_bytes: usize,
+    window_bytes: &[usize],
 ) {
     let mut windows = Windows {
         store,
         now,
         dropped,
         to_flash: 0,
-        budget: window_bytes,
-        shards: (0..store.shard_count())
-            .map(|_| Window::default())
+        shards: window_bytes
+            .iter()
+            .map(|&budget| Window {
+                budget,
+                ..Window::default()
+            })
             .collect(),
         max_cas: 0,
     };
@@ -218,6 +229,8 @@ fn apply_loop(
 /// `head` on.
 #[derive(Default)]
 struct Window {
+    /// Payload bytes it holds at most (0: no window, every record applied at once).
+    budget: usize,
     bytes: Vec<u8>,
     head: usize,
     /// Payload bytes held (the measure of the window, comparable to the items' RAM).
@@ -233,8 +246,6 @@ struct Windows<'a> {
     dropped: &'a AtomicU64,
     /// Records put straight on flash.
     to_flash: u64,
-    /// Payload bytes a window holds at most (0: no windows, every record applied at once).
-    budget: usize,
     shards: Vec<Window>,
     /// The largest CAS unique put straight on flash since the floor was last raised.
     max_cas: u64,
@@ -243,11 +254,11 @@ struct Windows<'a> {
 impl Windows<'_> {
     /// Takes a record of `shard`; applies what it pushes out of the window.
     fn push(&mut self, shard: usize, lsn: Lsn, payload: &[u8]) {
-        if self.budget == 0 {
+        let w = &mut self.shards[shard];
+        if w.budget == 0 {
             self.apply(lsn, payload, false);
             return;
         }
-        let w = &mut self.shards[shard];
         w.starts.push_back(w.bytes.len());
         w.bytes.extend_from_slice(&lsn.to_le_bytes());
         w.bytes.extend_from_slice(
@@ -257,7 +268,9 @@ impl Windows<'_> {
         );
         w.bytes.extend_from_slice(payload);
         w.held += payload.len();
-        while self.shards[shard].held > self.budget && self.shards[shard].starts.len() > 1 {
+        while self.shards[shard].held > self.shards[shard].budget
+            && self.shards[shard].starts.len() > 1
+        {
             self.pop(shard, true);
         }
     }

@@ -599,9 +599,16 @@ impl Store {
         true
     }
 
-    /// The RAM one shard may use (the memory limit over the shards).
-    pub fn shard_budget_bytes(&self) -> usize {
-        (self.memory_limit_bytes.load(Ordering::Relaxed) / self.shards.len() as u64) as usize
+    /// The RAM shard `index` has for its items: its share of the memory limit less what its
+    /// indexes take (the flash index of a large tier can take most of it), at least the one
+    /// segment a shard always keeps.
+    pub fn item_room_bytes(&self, index: usize) -> usize {
+        let shard = self.shards[index].lock();
+        let indexes = shard.memory_used() - shard.segment_bytes;
+        shard
+            .budget
+            .saturating_sub(indexes)
+            .max(segment::SEGMENT_SIZE)
     }
 
     /// Runs `f` with exclusive access to one key's slot (the shard lock is held during `f`).
