@@ -697,13 +697,18 @@ impl Persistence {
                 },
                 |loc| {
                     let Some(f) = flash else { return };
+                    // None: every item of its segment is stored by a record after L0, which
+                    // recovery from this snapshot replays (see `Flash::checkpoint_entry`).
+                    let Some(seq) = f.checkpoint_entry(loc, l0) else {
+                        return;
+                    };
                     snapshot::encode_flash(
                         &mut buf_cell.borrow_mut(),
                         &snapshot::SnapFlash {
                             shard: shard as u32,
                             shard_count,
                             loc: loc.0,
-                            seq: f.checkpoint_entry(loc),
+                            seq,
                         },
                     );
                     items.set(items.get() + 1);
