@@ -155,11 +155,22 @@ fn insert(args: &SuiteArgs, port: u16) -> Result<LoadResult, String> {
     insert_range(args, port, 1, args.keys)
 }
 
-/// Sets keys `min..=max` once each.
+/// Requests per client that set every key of a range of `span` keys with the parallel
+/// pattern (see [`insert_range`]).
+fn insert_requests(span: u64, clients: u64) -> u64 {
+    span / clients + span % clients
+}
+
+/// Sets every key of `min..=max` (a few twice when the clients do not divide the range).
 fn insert_range(args: &SuiteArgs, port: u16, min: u64, max: u64) -> Result<LoadResult, String> {
     let clients = args.threads * args.clients;
+    let span = max - min + 1;
     load::run(&LoadConfig {
-        requests: Some((max - min + 1).div_ceil(clients)),
+        // The parallel pattern gives each client span / clients keys and the last one the
+        // rest too: enough requests for the last one's range (the others wrap around). With
+        // span.div_ceil(clients), the last client left up to `clients - 1` keys unset: F5
+        // in 3 parts of 10M keys counted those 97 never-set keys as lost (2026-11-27).
+        requests: Some(insert_requests(span, clients)),
         test_time: None,
         key_min: min,
         key_max: max,
@@ -179,6 +190,9 @@ struct Figures {
     device_reads_per_miss: f64,
     qd1_get_p50_us: f64,
     qd1_get_p99_us: f64,
+    /// F2's CPU per get: the server's (all its threads) and the load generator's, us.
+    f2_server_cpu_us_per_get: f64,
+    f2_client_cpu_us_per_get: f64,
     write_amplification: f64,
     rss_after_insert_mib: f64,
     flash_items: f64,
@@ -265,9 +279,13 @@ fn read_phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, Strin
 fn get_phases(args: &SuiteArgs, p: &Proc, cairn: bool, f: &mut Figures) -> Result<(), String> {
     // F2: uniform random gets over the whole set.
     let s2 = p.stats()?;
+    let cpu0 = load::proc_cpu_secs(&p.pid()).unwrap_or(0.0);
     let g = load::run(&load_cfg(args, p.port, (0, 1), Pattern::Random))?;
+    let cpu1 = load::proc_cpu_secs(&p.pid()).unwrap_or(0.0);
     let s3 = p.stats()?;
     f.get_ops_per_sec = g.ops_per_sec();
+    f.f2_server_cpu_us_per_get = ratio((cpu1 - cpu0) * 1e6, g.gets as f64);
+    f.f2_client_cpu_us_per_get = ratio(g.cpu_secs * 1e6, g.gets as f64);
     f.get_hit_ratio = ratio(g.hits as f64, g.gets as f64);
     let hits = delta(&s2, &s3, "get_hits");
     let misses = delta(&s2, &s3, "get_misses");
@@ -464,14 +482,23 @@ fn reads_ab(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<(), String> {
         rounds.len(),
         args.phase_secs
     );
-    md.push_str("| round | build | F2 gets/s | from flash | x fio QD | reads/flash hit | device reads/miss | F3 p50 us | p99 us | p50 - fio QD1 p50 | fio QD IOPS | fio QD1 p50 us |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // What the cores allow: were they doing nothing else, the server and the load generator
+    // at their CPU per get could make at most this many gets/s (F2's bound beside fio's).
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+    let cpu_bound = |f: &Figures| {
+        ratio(
+            cores * 1e6,
+            f.f2_server_cpu_us_per_get + f.f2_client_cpu_us_per_get,
+        )
+    };
+    md.push_str("| round | build | F2 gets/s | from flash | x fio QD | reads/flash hit | device reads/miss | F3 p50 us | p99 us | p50 - fio QD1 p50 | fio QD IOPS | fio QD1 p50 us | F2 CPU us/get server + load gen | CPU bound gets/s | bound x fio |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (r, row) in rounds.iter().enumerate() {
         let (iops, p50) = fio_rounds[r];
         for ((label, ..), f) in servers.iter().zip(row) {
             let _ = writeln!(
                 md,
-                "| {} | {label} | {:.0} | {:.0}% | {:.2}x | {:.3} | {:.4} | {:.0} | {:.0} | {:+.0} | {iops:.0} | {p50:.0} |",
+                "| {} | {label} | {:.0} | {:.0}% | {:.2}x | {:.3} | {:.4} | {:.0} | {:.0} | {:+.0} | {iops:.0} | {p50:.0} | {:.1} + {:.1} | {:.0} | {:.2}x |",
                 r + 1,
                 f.get_ops_per_sec,
                 f.get_from_flash * 100.0,
@@ -480,7 +507,11 @@ fn reads_ab(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<(), String> {
                 f.device_reads_per_miss,
                 f.qd1_get_p50_us,
                 f.qd1_get_p99_us,
-                f.qd1_get_p50_us - p50
+                f.qd1_get_p50_us - p50,
+                f.f2_server_cpu_us_per_get,
+                f.f2_client_cpu_us_per_get,
+                cpu_bound(f),
+                ratio(cpu_bound(f), iops)
             );
         }
     }
@@ -499,13 +530,16 @@ fn reads_ab(args: &SuiteArgs, dir: &Path, flash_mb: u64) -> Result<(), String> {
         let x_fio = col(&|f, (iops, _)| ratio(f.get_ops_per_sec, iops));
         let p50 = col(&|f, _| f.qd1_get_p50_us);
         let over = col(&|f, (_, p50)| f.qd1_get_p50_us - p50);
+        let bound = col(&|f, _| cpu_bound(f));
+        let bound_x = col(&|f, (iops, _)| ratio(cpu_bound(f), iops));
         let _ = writeln!(
             md,
-            "| median | {label} | {gets:.0} | | {x_fio:.2}x | | | {p50:.0} | | {over:+.0} | | |"
+            "| median | {label} | {gets:.0} | | {x_fio:.2}x | | | {p50:.0} | | {over:+.0} | | | | {bound:.0} | {bound_x:.2}x |"
         );
         summary.push(serde_json::json!({
             "build": label, "get_ops_per_sec": gets, "x_fio": x_fio,
             "qd1_p50_us": p50, "qd1_p50_minus_fio_us": over,
+            "cpu_bound_gets_per_sec": bound, "cpu_bound_x_fio": bound_x,
         }));
     }
     println!("{md}");
@@ -1076,7 +1110,34 @@ fn flash_server_args(args: &SuiteArgs, file: &Path, flash_mb: u64) -> Vec<String
 
 #[cfg(test)]
 mod tests {
-    use super::lost_beyond_evictions;
+    use super::{insert_requests, lost_beyond_evictions};
+    use crate::keys::{KeyGen, Pattern, Rng};
+
+    #[test]
+    fn an_insert_in_parts_sets_every_key() {
+        // The parts F5 inserts 10M keys in (3 holds) and small ranges around the client count.
+        for (min, max) in [
+            (1, 3_333_333),
+            (3_333_334, 6_666_666),
+            (6_666_667, 10_000_000),
+            (1, 49),
+            (1, 50),
+            (1, 51),
+            (5, 5),
+        ] {
+            let clients = 50;
+            let span = max - min + 1;
+            let mut seen = vec![false; span as usize];
+            let mut rng = Rng::new(1);
+            for c in 0..clients {
+                let mut g = KeyGen::new(Pattern::Parallel, min, max, c, clients);
+                for _ in 0..insert_requests(span, clients) {
+                    seen[(g.next(&mut rng) - min) as usize] = true;
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "keys {min}..={max} left unset");
+        }
+    }
 
     #[test]
     fn evictions_on_either_side_of_the_kill_are_not_losses() {
