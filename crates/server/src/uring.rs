@@ -91,9 +91,9 @@ pub const NO_FIXED_FILES_FOR_AB: &str = "CAIRN_AB_NO_FIXED_FILES";
 /// can fill it and see the slots of ended connections reused.
 pub const FIXED_FILES_FOR_TESTS: &str = "CAIRN_TEST_FIXED_FILES";
 
-/// For A/B runs: when set, a turn that answered connections does not end with a yield (see
-/// `run`), as before the yield was measured.
-pub const NO_TURN_YIELD_FOR_AB: &str = "CAIRN_AB_NO_TURN_YIELD";
+/// For A/B runs only: when set, a turn that answered connections ends with a yield (see
+/// `run`). Off by default: it starves the server beside busy processes.
+pub const TURN_YIELD_FOR_AB: &str = "CAIRN_AB_TURN_YIELD";
 
 /// A connection thread's ring, made on that thread. Single issuer with deferred task work:
 /// the kernel completes this ring's receives and sends only when the thread enters the ring
@@ -958,7 +958,7 @@ fn run(
     let mut this_turn: Vec<usize> = Vec::new();
     let mut completions: Vec<(u64, i32, u32)> = Vec::new();
     let mut turn = 0u64;
-    let turn_yield = std::env::var_os(NO_TURN_YIELD_FOR_AB).is_none();
+    let turn_yield = std::env::var_os(TURN_YIELD_FOR_AB).is_some();
     let result = loop {
         turn += 1;
         let (jobs, stop) = {
@@ -1021,15 +1021,14 @@ fn run(
             }
             turn += 1;
         }
-        // A turn that answered connections sends its replies now and then yields the core
-        // once, before it reaps the next completions: a thread that always finds completions
-        // waiting would otherwise hold its core for its whole time slice, while the clients
-        // its replies just woke (or anything else) wait for one, and its turns stay small.
-        // With the yield the clients run, more of them have sent their next request when
-        // the thread comes back, and a turn answers several times as many (about 25 instead
-        // of 6 at 2x25): fewer `io_uring_enter` calls and less user time per request, and a
-        // lower p99 on 2 cores shared with the load generator (BENCHMARKS.md, "A yield per
-        // turn"). With nothing else runnable it is one cheap system call.
+        // Under `TURN_YIELD_FOR_AB` only: a turn that answered connections sends its replies
+        // now and yields the core once before it reaps the next completions, so that the
+        // clients its replies woke run and the next turn finds more requests. Beside the
+        // suite's load generator that took CPU per op and p99 down, but the kernel's
+        // scheduler (EEVDF) moves a yielding thread's deadline back by a time slice at each
+        // yield, so beside processes that are often runnable (rpc-perf's threads) the server
+        // lost most of its share of the core: 19K instead of 49K of 60K requests/s offered
+        // (BENCHMARKS.md, "A yield per turn").
         if turn_yield && polled > 0 {
             let queued = with_driver(|d| !d.ring.submission().is_empty());
             if queued {
