@@ -552,6 +552,13 @@ pub const PERSISTENCE: &[PersistStat] = &[
         "Flash entries recovery put back in the index (their items stayed on flash).",
     ),
     (
+        "recovery_replayed_to_flash",
+        "recovery_replayed_to_flash",
+        Kind::Gauge,
+        1.0,
+        "Replayed log records recovery put straight on flash (newer records of their shard would have evicted them from RAM).",
+    ),
+    (
         "recovery_flash_dropped",
         "recovery_flash_dropped",
         Kind::Gauge,
