@@ -10,6 +10,7 @@
 //!   thread i: loop {
 //!     new connections ─> tasks (connection::serve over a Socket)
 //!     poll the tasks woken since the last turn, once each ─> their recv/send SQEs
+//!     if it answered any: submit, and yield the core while yields come back quickly
 //!     io_uring_enter: submit them all; wait for one completion if no task is ready
 //!     completions ─> the op's slot holds the result ─> wake its task
 //!   }
@@ -91,9 +92,8 @@ pub const NO_FIXED_FILES_FOR_AB: &str = "CAIRN_AB_NO_FIXED_FILES";
 /// can fill it and see the slots of ended connections reused.
 pub const FIXED_FILES_FOR_TESTS: &str = "CAIRN_TEST_FIXED_FILES";
 
-/// For A/B runs only: when set, a turn that answered connections ends with a yield (see
-/// `run`). Off by default: it starves the server beside busy processes.
-pub const TURN_YIELD_FOR_AB: &str = "CAIRN_AB_TURN_YIELD";
+/// For A/B runs only: when set, no turn ends with a yield (see `run` and `YieldGate`).
+pub const NO_TURN_YIELD_FOR_AB: &str = "CAIRN_AB_NO_TURN_YIELD";
 
 /// A connection thread's ring, made on that thread. Single issuer with deferred task work:
 /// the kernel completes this ring's receives and sends only when the thread enters the ring
@@ -912,6 +912,79 @@ struct Task {
     turn: u64,
 }
 
+/// Whether a turn may end with a yield (see `run`): only while yields come back quickly. A
+/// yield that took over a millisecond handed the core to something that ran a whole time
+/// slice (a busy neighbour, not a client that answers and blocks within microseconds); when
+/// more than [`YieldGate::SLOW_MAX`] of a window of [`YieldGate::WINDOW`] yields did, yielding
+/// stops for a while: 100 ms, doubling up to 6.4 s while the window after each pause is slow
+/// again. The pause shrinks back only after [`YieldGate::FAST_TO_FORGET`] fast windows in a
+/// row: right after a pause the yields were cheap for a while even beside busy neighbours (as
+/// we read it, the scheduler's penalty for yielding had been paid back by then), so one fast
+/// window is no evidence that the neighbours have gone: a first gate that forgot its pause
+/// after one still lost a fifth of the requests beside rpc-perf. The kernel's scheduler (EEVDF) moves a yielding
+/// thread's deadline back a time slice per yield, so beside busy processes a thread that
+/// yields every turn loses its share of the core; beside clients that block, the yield costs
+/// nothing and lets them run at once. Time is passed in, so the logic is tested without a
+/// clock.
+#[derive(Default)]
+struct YieldGate {
+    /// Yields in the current window, and how many of them were slow.
+    yields: u32,
+    slow: u32,
+    /// While set: no yield before this instant.
+    closed_until: Option<std::time::Instant>,
+    /// The last pause's length (0: none since the last run of fast windows).
+    backoff_ms: u64,
+    /// Fast windows in a row since the last slow one.
+    fast_windows: u32,
+}
+
+impl YieldGate {
+    const WINDOW: u32 = 16;
+    const SLOW_MAX: u32 = 2;
+    const SLOW: std::time::Duration = std::time::Duration::from_millis(1);
+    const FIRST_PAUSE_MS: u64 = 100;
+    const LONGEST_PAUSE_MS: u64 = 6_400;
+    const FAST_TO_FORGET: u32 = 8;
+
+    /// May this turn yield? `now` is called only while yielding is paused.
+    fn open(&mut self, now: impl FnOnce() -> std::time::Instant) -> bool {
+        match self.closed_until {
+            None => true,
+            Some(t) if now() < t => false,
+            Some(_) => {
+                self.closed_until = None;
+                true
+            }
+        }
+    }
+
+    /// Records a yield that took `took`; at the end of a window, pauses yielding from `now`
+    /// if too many of its yields were slow.
+    fn yielded(&mut self, took: std::time::Duration, now: std::time::Instant) {
+        self.yields += 1;
+        if took > Self::SLOW {
+            self.slow += 1;
+        }
+        if self.yields < Self::WINDOW {
+            return;
+        }
+        if self.slow > Self::SLOW_MAX {
+            self.backoff_ms =
+                (self.backoff_ms * 2).clamp(Self::FIRST_PAUSE_MS, Self::LONGEST_PAUSE_MS);
+            self.closed_until = Some(now + std::time::Duration::from_millis(self.backoff_ms));
+            self.fast_windows = 0;
+        } else {
+            self.fast_windows += 1;
+            if self.fast_windows >= Self::FAST_TO_FORGET {
+                self.backoff_ms = 0;
+            }
+        }
+        self.yields = 0;
+        self.slow = 0;
+    }
+}
+
 /// One connection thread's loop (see the module doc).
 fn run(
     shared: Arc<Shared>,
@@ -958,7 +1031,9 @@ fn run(
     let mut this_turn: Vec<usize> = Vec::new();
     let mut completions: Vec<(u64, i32, u32)> = Vec::new();
     let mut turn = 0u64;
-    let turn_yield = std::env::var_os(TURN_YIELD_FOR_AB).is_some();
+    let mut gate = std::env::var_os(NO_TURN_YIELD_FOR_AB)
+        .is_none()
+        .then(YieldGate::default);
     let result = loop {
         turn += 1;
         let (jobs, stop) = {
@@ -1021,15 +1096,20 @@ fn run(
             }
             turn += 1;
         }
-        // Under `TURN_YIELD_FOR_AB` only: a turn that answered connections sends its replies
-        // now and yields the core once before it reaps the next completions, so that the
-        // clients its replies woke run and the next turn finds more requests. Beside the
-        // suite's load generator that took CPU per op and p99 down, but the kernel's
-        // scheduler (EEVDF) moves a yielding thread's deadline back by a time slice at each
-        // yield, so beside processes that are often runnable (rpc-perf's threads) the server
-        // lost most of its share of the core: 19K instead of 49K of 60K requests/s offered
-        // (BENCHMARKS.md, "A yield per turn").
-        if turn_yield && polled > 0 {
+        // A turn that answered connections sends its replies now and yields the core once
+        // before it reaps the next completions, so that the clients its replies woke run and
+        // the next turn finds more requests: beside the suite's load generator that took
+        // p99 (and mostly CPU per op) down. But the kernel's scheduler (EEVDF) moves a
+        // yielding thread's deadline back by a time slice at each yield, so beside processes
+        // that are often runnable (rpc-perf's threads) a yield every turn lost the server
+        // most of its share of the core (19K instead of 49K of 60K requests/s offered). So
+        // the yield is gated: only while yields come back quickly (`YieldGate`;
+        // BENCHMARKS.md, "A yield per turn" and "The adaptive yield").
+        let yield_now = polled > 0
+            && gate
+                .as_mut()
+                .is_some_and(|g| g.open(std::time::Instant::now));
+        if yield_now {
             let queued = with_driver(|d| !d.ring.submission().is_empty());
             if queued {
                 match with_driver(|d| d.ring.submit()) {
@@ -1039,8 +1119,13 @@ fn run(
                     Err(e) => break Err(e),
                 }
             }
+            let t0 = std::time::Instant::now();
             // SAFETY: takes no arguments and touches no memory of ours.
             unsafe { libc::sched_yield() };
+            if let Some(g) = gate.as_mut() {
+                let t1 = std::time::Instant::now();
+                g.yielded(t1 - t0, t1);
+            }
         }
         let more = READY.with(|r| !r.borrow().ids.is_empty());
         let entered = if more {
@@ -1130,4 +1215,68 @@ fn fixed_file_slots() -> u32 {
 
 fn with_driver<R>(f: impl FnOnce(&mut Driver) -> R) -> R {
     DRIVER.with(|d| f(d.borrow_mut().as_mut().expect("connection thread's ring")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::YieldGate;
+    use std::time::{Duration, Instant};
+
+    const FAST: Duration = Duration::from_micros(20);
+    const SLOW: Duration = Duration::from_millis(3);
+
+    /// Records a window of yields, `slow` of them slow, ending at `at`.
+    fn window(g: &mut YieldGate, slow: u32, at: Instant) {
+        for i in 0..YieldGate::WINDOW {
+            g.yielded(if i < slow { SLOW } else { FAST }, at);
+        }
+    }
+
+    fn never() -> Instant {
+        panic!("the clock is read only while yielding is paused")
+    }
+
+    #[test]
+    fn yield_gate_pauses_after_slow_windows_and_backs_off() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut g = YieldGate::default();
+        assert!(g.open(never));
+        // Two slow yields of a window are tolerated, and a window not yet full decides nothing.
+        window(&mut g, 2, t);
+        assert!(g.open(never));
+        for _ in 0..YieldGate::WINDOW - 1 {
+            g.yielded(SLOW, t);
+        }
+        assert!(g.open(never));
+        g.yielded(SLOW, t);
+        // Three or more: paused for 100 ms from the window's end.
+        assert!(!g.open(|| t + ms(99)));
+        assert!(g.open(|| t + ms(100)));
+        assert!(g.open(never), "reopened: the clock is not read again");
+        // Slow again after each pause: 200, 400, ... up to 6.4 s.
+        let mut at = t + ms(100);
+        for pause in [200, 400, 800, 1600, 3200, 6400, 6400] {
+            window(&mut g, 3, at);
+            assert!(!g.open(|| at + ms(pause - 1)), "pause {pause} ms");
+            assert!(g.open(|| at + ms(pause)), "pause {pause} ms");
+            at += ms(pause);
+        }
+        // One fast window is not enough to forget the back-off (right after a pause, yields
+        // are cheap even beside busy neighbours): the next slow window pauses 6.4 s again.
+        window(&mut g, 0, at);
+        assert!(g.open(never));
+        window(&mut g, YieldGate::WINDOW, at);
+        assert!(!g.open(|| at + ms(6399)));
+        assert!(g.open(|| at + ms(6400)));
+        at += ms(6400);
+        // Eight fast windows in a row are: the next slow one pauses 100 ms.
+        for _ in 0..YieldGate::FAST_TO_FORGET {
+            window(&mut g, 0, at);
+            assert!(g.open(never));
+        }
+        window(&mut g, YieldGate::WINDOW, at);
+        assert!(!g.open(|| at + ms(99)));
+        assert!(g.open(|| at + ms(100)));
+    }
 }
