@@ -8,12 +8,17 @@
 //! | bad record in the newest segment, nothing valid after | error  | cut there        | cut     |
 //! | ... followed only by valid records of the same write  | error  | cut there        | cut     |
 //! | ... followed by a valid record that starts a write    | error  | error            | cut     |
-//! | bad record in an older segment                        | error  | error            | cut, drop later segments |
+//! | bad record in an older segment                        | error  | error when read  | cut, drop later segments |
+//! | older segment ends before the next one begins         | error  | error when read  | cut, drop later segments |
 //! | newest segment without a header (crash while creating)| error  | drop the file    | drop    |
 //! | bad header elsewhere, LSN gap, another log's segment  | error  | error            | cut before it |
 //! | a spare file (`*.spare`, a segment prepared ahead)    | remove | remove           | remove  |
 //!
 //! "error" is `WalError::Corrupt` naming the file and offset; nothing is changed on disk.
+//! "error when read": the default mode scans only the newest segment on open (see
+//! [`recover`]), and [`read_records`] returns the error when the older segment's records are
+//! read (replay after a snapshot reads every one it needs, so the server still refuses to
+//! start on damage it would replay).
 //! A spare is removed in every mode: it never holds an acknowledged record (a spare becomes a
 //! segment by a rename that is made durable before anything written to it is acknowledged).
 
@@ -291,6 +296,16 @@ fn remove_spares(fs: &dyn FileSystem, dir: &Path) -> Result<usize, WalError> {
 ///
 /// `write_window` is the most bytes the writes between two fdatasyncs can span (see
 /// [`clear_after_end`]).
+///
+/// In the default mode (`TolerateTornTail`) only the newest segment's records are scanned:
+/// the end of the log is in it, and an older segment is sealed (every record in it was made
+/// durable before the segment after it got its first record). An older segment's header is
+/// still checked here (its log and first LSN); its records are checked when they are read
+/// ([`read_records`]: a bad record, or a segment that ends before the next one begins, is
+/// `WalError::Corrupt` then), so a server that replays them still refuses to start on one.
+/// A restart then reads the log once instead of twice: at 10M items on flash, 7 segments
+/// (448 MiB) were scanned to find an end that only the last one holds. `Strict` and
+/// `Salvage` scan every segment, as they must to refuse or cut at the first bad record.
 pub(crate) fn recover(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -305,18 +320,27 @@ pub(crate) fn recover(
     // End offset of the last segment scanned (the tail, once the loop is done).
     let mut tail_end = 0;
     let mut tail_version = format::VERSION;
+    let headers_only = mode == RecoveryMode::TolerateTornTail;
+    // `expected` before the segment just passed on its header alone (see below).
+    let mut expected_before_previous = None;
     let mut i = 0;
     while i < segs.len() {
         let (first, path) = segs[i].clone();
         let is_last = i + 1 == segs.len();
         let file = fs.open(&path).map_err(|e| WalError::io(&path, e))?;
-        read_ahead(fs, file.as_ref(), segs.get(i + 1).map(|(_, p)| p.as_path()));
         let header = read_header(file.as_ref(), &path)?;
         let problem = match header {
             Err(Bad::End) if is_last && mode != RecoveryMode::Strict => {
                 // Crashed while creating the newest segment: it never held a record.
                 drop_segments(fs, dir, &segs[i..])?;
                 segs.truncate(i);
+                if headers_only && i > 0 {
+                    // The segment before it was passed on its header; it is the newest
+                    // now, so scan it for the end.
+                    i -= 1;
+                    expected = expected_before_previous;
+                    continue;
+                }
                 break;
             }
             Err(_) => Some("bad segment header"),
@@ -340,6 +364,14 @@ pub(crate) fn recover(
         let h = header.expect("checked above");
         log_id = Some(h.log_id);
         tail_version = h.version;
+        if headers_only && !is_last {
+            // Sealed: its records end where the next segment's begin (checked when read).
+            expected_before_previous = expected;
+            expected = Some(segs[i + 1].0);
+            i += 1;
+            continue;
+        }
+        read_ahead(fs, file.as_ref(), segs.get(i + 1).map(|(_, p)| p.as_path()));
         let end = scan_segment::<WalError>(file.as_ref(), &path, h.log_id, first, |_, _| Ok(true))?;
         expected = Some(end.last_lsn + 1);
         tail_end = end.end;
@@ -390,6 +422,10 @@ pub(crate) fn recover(
 }
 
 /// Calls `f` for each record with `from <= LSN <= upto`, in order, from the given segments.
+///
+/// A segment must hold exactly the LSNs from its first to the next segment's first - 1 (as
+/// far as `upto` needs): one that ends early or runs past it is `WalError::Corrupt`, since
+/// [`recover`] checks only the newest segment's records in the default mode.
 pub fn read_records<E: From<WalError>>(
     fs: &dyn FileSystem,
     segments: &[(Lsn, PathBuf)],
@@ -411,8 +447,14 @@ pub fn read_records<E: From<WalError>>(
             file.as_ref(),
             segments.get(i + 1).map(|(_, p)| p.as_path()),
         );
+        let next_first = segments.get(i + 1).map(|(next, _)| *next);
+        let mut past_next = None;
         let end = scan_segment::<E>(file.as_ref(), path, log_id, *first, |lsn, payload| {
             if lsn > upto {
+                return Ok(false);
+            }
+            if next_first.is_some_and(|next| lsn >= next) {
+                past_next = Some(lsn);
                 return Ok(false);
             }
             if lsn >= from {
@@ -420,10 +462,16 @@ pub fn read_records<E: From<WalError>>(
             }
             Ok(true)
         })?;
-        if let Some((offset, why)) = end.bad {
-            if end.last_lsn < upto {
-                return Err(corrupt(path, offset, why).into());
-            }
+        if past_next.is_some() {
+            return Err(corrupt(path, end.end, "record past the next segment's first LSN").into());
+        }
+        // The last LSN this segment must hold for the read.
+        let needed = next_first.map_or(upto, |next| upto.min(next - 1));
+        if end.last_lsn < needed {
+            let (offset, why) = end
+                .bad
+                .unwrap_or((end.end, "segment ends before the next one begins"));
+            return Err(corrupt(path, offset, why).into());
         }
     }
     Ok(())

@@ -978,6 +978,62 @@ fn reused_segments_on_the_real_disk_with_direct_io() {
     assert!(got.iter().all(|(l, p)| *p == varied(*l)));
 }
 
+/// The default open scans only the newest segment's records (an older one is sealed): damage
+/// in an older segment does not stop the open, but reading its records reports it, whether a
+/// record is bad or the segment ends before the next one begins (records missing, never
+/// skipped); a read from a later segment on is unaffected, and `Strict` still refuses the
+/// open. A headerless newest segment is dropped and the one before it scanned for the end, so
+/// appends go on after its last record.
+#[test]
+fn an_older_segment_is_checked_when_its_records_are_read() {
+    let damages: [(&str, fn(&mut Vec<u8>)); 2] = [
+        ("a flipped byte", |b| b[format::HEADER_LEN + 10] ^= 0x10),
+        ("records gone", |b| b[format::HEADER_LEN..].fill(0)),
+    ];
+    for (what, damage) in damages {
+        let fs = FaultyFs::new();
+        let (log, n) = log_with_three_segments(&fs);
+        let segments = log.segments();
+        drop(log);
+        fs.corrupt(&segments[0].1, damage);
+        let log = Log::open(Arc::new(fs.clone()), &dir(), reusing_opts()).unwrap();
+        assert_eq!(log.appended_lsn(), n, "{what}: the end is found");
+        let err = log.read_from::<WalError>(1, |_, _| Ok(())).err();
+        assert!(
+            matches!(&err, Some(WalError::Corrupt { path, .. }) if *path == segments[0].1),
+            "{what}: {err:?}"
+        );
+        let mut from_second = Vec::new();
+        log.read_from::<WalError>(segments[1].0, |lsn, p| {
+            from_second.push((lsn, p.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(from_second.len() as u64, n - segments[1].0 + 1, "{what}");
+        assert!(from_second.iter().all(|(l, p)| *p == varied(*l)));
+        drop(log);
+        let strict = LogOptions {
+            recovery: RecoveryMode::Strict,
+            ..reusing_opts()
+        };
+        assert!(Log::open(Arc::new(fs), &dir(), strict).is_err(), "{what}");
+    }
+
+    let fs = FaultyFs::new();
+    let (log, n) = log_with_three_segments(&fs);
+    drop(log);
+    let headerless = dir().join(format::segment_name(n + 1));
+    fs.create(&headerless).unwrap();
+    let log = Log::open(Arc::new(fs.clone()), &dir(), reusing_opts()).unwrap();
+    assert_eq!(log.appended_lsn(), n);
+    assert_eq!(log.commit(&varied(n + 1)).unwrap(), n + 1);
+    drop(log);
+    let log = Log::open(Arc::new(fs), &dir(), reusing_opts()).unwrap();
+    let got = all(&log);
+    assert_eq!((got.first().unwrap().0, got.len() as u64), (1, n + 1));
+    assert!(got.iter().all(|(l, p)| *p == varied(*l)));
+}
+
 /// A crash after a kept file was renamed to become the next segment, before its first batch
 /// was durable: the file is the newest segment with no valid header, which recovery drops.
 #[test]
