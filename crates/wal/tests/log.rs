@@ -986,7 +986,8 @@ fn reused_segments_on_the_real_disk_with_direct_io() {
 /// appends go on after its last record.
 #[test]
 fn an_older_segment_is_checked_when_its_records_are_read() {
-    let damages: [(&str, fn(&mut Vec<u8>)); 2] = [
+    type Damage = fn(&mut Vec<u8>);
+    let damages: [(&str, Damage); 2] = [
         ("a flipped byte", |b| b[format::HEADER_LEN + 10] ^= 0x10),
         ("records gone", |b| b[format::HEADER_LEN..].fill(0)),
     ];
