@@ -143,20 +143,12 @@ impl Event {
                     reason: R::None as i32,
                     revision,
                 };
-                let item = |wire: &Bytes, at: usize| ItemState {
-                    value: wire.slice(at..at + value.len()),
-                    flags: meta.flags,
-                    exptime: meta.exptime,
-                    cas: meta.cas,
-                    stale: meta.stale,
-                    mod_revision: revision,
-                };
                 Event::build(
                     revision,
                     EventKind::Put,
                     &fields,
                     key.len(),
-                    Some(item),
+                    Some((value.len(), meta)),
                     prev.as_ref(),
                 )
             }
@@ -184,38 +176,39 @@ impl Event {
                     revision,
                 };
                 let kind = EventKind::Delete(*reason);
-                Event::build(revision, kind, &fields, key.len(), NO_ITEM, prev.as_ref())
+                Event::build(revision, kind, &fields, key.len(), None, prev.as_ref())
             }
             Mutation::Flushed => Event::flush(revision),
             Mutation::FlushScheduled { .. } => return None,
         })
     }
 
-    /// Encodes `fields` and makes the event around the bytes: key, new item (`item` given the
-    /// buffer and the value's offset) and previous item are slices of them.
+    /// Encodes `fields` and makes the event around the bytes: key, new item (`item`: its
+    /// value's length and its meta, at `revision`) and previous item are slices of them.
     fn build(
         revision: Revision,
         kind: EventKind,
         fields: &EventFields<'_>,
         key_len: usize,
-        item: Option<impl FnOnce(&Bytes, usize) -> ItemState>,
+        item: Option<(usize, &ItemMeta)>,
         prev: Option<&PrevItem<'_>>,
     ) -> Event {
         let w = fields.encode();
         let wire = Bytes::from(w.bytes);
+        let state = |at: usize, len: usize, meta: &ItemMeta, rev: Revision| ItemState {
+            value: wire.slice(at..at + len),
+            flags: meta.flags,
+            exptime: meta.exptime,
+            cas: meta.cas,
+            stale: meta.stale,
+            mod_revision: rev,
+        };
         Event {
             revision,
             kind,
             key: wire.slice(w.key_at..w.key_at + key_len),
-            item: item.map(|f| f(&wire, w.value_at)),
-            prev: prev.map(|p| ItemState {
-                value: wire.slice(w.prev_value_at..w.prev_value_at + p.value.len()),
-                flags: p.meta.flags,
-                exptime: p.meta.exptime,
-                cas: p.meta.cas,
-                stale: p.meta.stale,
-                mod_revision: p.meta.mod_revision,
-            }),
+            item: item.map(|(len, meta)| state(w.value_at, len, meta, revision)),
+            prev: prev.map(|p| state(w.prev_value_at, p.value.len(), &p.meta, p.meta.mod_revision)),
             prev_at: w.prev_at as u32,
             tail_at: w.tail_at as u32,
             wire,
@@ -231,52 +224,13 @@ impl Event {
             reason: R::Flushed as i32,
             revision,
         };
-        Event::build(revision, EventKind::Flush, &fields, 0, NO_ITEM, None)
+        Event::build(revision, EventKind::Flush, &fields, 0, None, None)
     }
 
     /// The event of a command log record read back at `lsn` (history older than the ring);
     /// None for a record that is no event. The log keeps no previous items.
     pub fn from_record(rec: &Record<'_>, lsn: Revision) -> Option<Event> {
-        Some(match *rec {
-            Record::Stored {
-                key,
-                value,
-                flags,
-                exptime,
-                cas,
-                stale,
-            } => {
-                let meta = ItemMeta {
-                    flags,
-                    exptime,
-                    cas,
-                    last_access: 0,
-                    fetched: false,
-                    stale,
-                    win_sent: false,
-                    mod_revision: lsn,
-                };
-                Event::from_mutation(
-                    &Mutation::Stored {
-                        key,
-                        value,
-                        meta,
-                        prev: None,
-                    },
-                    lsn,
-                )?
-            }
-            Record::Deleted { key, reason } => Event::from_mutation(
-                &Mutation::Deleted {
-                    key,
-                    reason,
-                    prev: None,
-                },
-                lsn,
-            )?,
-            Record::Flushed => Event::flush(lsn),
-            Record::FlushScheduled { .. } => return None,
-        })
+        Event::from_mutation(&rec.to_mutation(lsn), lsn)
     }
 
     /// The encoded parts of this event a response carries ([`crate::wire::event_parts`]):
@@ -295,9 +249,6 @@ impl Event {
         EVENT_FIXED_BYTES + malloc_bytes(self.wire.len())
     }
 }
-
-/// No new item (a delete or flush), typed for [`Event::build`].
-const NO_ITEM: Option<fn(&Bytes, usize) -> ItemState> = None;
 
 /// A revision's slot while it waits to be published.
 enum Slot {

@@ -52,6 +52,44 @@ pub enum Record<'a> {
     },
 }
 
+impl<'a> Record<'a> {
+    /// The mutation this record replays (no previous item: the log keeps none), with
+    /// `revision` as a stored item's `mod_revision` and a `last_access` of 0.
+    pub fn to_mutation(&self, revision: u64) -> Mutation<'a> {
+        match *self {
+            Record::Stored {
+                key,
+                value,
+                flags,
+                exptime,
+                cas,
+                stale,
+            } => Mutation::Stored {
+                key,
+                value,
+                meta: ItemMeta {
+                    flags,
+                    exptime,
+                    cas,
+                    last_access: 0,
+                    fetched: false,
+                    stale,
+                    win_sent: false,
+                    mod_revision: revision,
+                },
+                prev: None,
+            },
+            Record::Deleted { key, reason } => Mutation::Deleted {
+                key,
+                reason,
+                prev: None,
+            },
+            Record::Flushed => Mutation::Flushed,
+            Record::FlushScheduled { at } => Mutation::FlushScheduled { at },
+        }
+    }
+}
+
 /// Encodes a mutation into `out` (cleared first).
 pub fn encode(out: &mut Vec<u8>, m: &Mutation<'_>) {
     let value = encode_head(out, m);

@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use cairn_store::{ItemMeta, Store};
+use cairn_store::{ItemMeta, Mutation, Store};
 use cairn_wal::{Log, Lsn};
 
 use crate::record::{self, Record};
@@ -226,13 +226,12 @@ fn apply_loop(
 }
 
 /// One shard's held-back records, oldest first: `lsn u64 LE | len u32 LE | payload` from
-/// `head` on.
+/// the first of `starts` on (the bytes before it were applied).
 #[derive(Default)]
 struct Window {
     /// Payload bytes it holds at most (0: no window, every record applied at once).
     budget: usize,
     bytes: Vec<u8>,
-    head: usize,
     /// Payload bytes held (the measure of the window, comparable to the items' RAM).
     held: usize,
     /// Offsets of the records (for the pop of the oldest).
@@ -290,19 +289,17 @@ impl Windows<'_> {
         let w = &mut self.shards[shard];
         w.bytes = bytes;
         w.held -= len;
-        w.head = at + 12 + len;
+        // Where the records still held begin.
+        let head = at + 12 + len;
         if w.starts.is_empty() {
             w.bytes.clear();
-            w.head = 0;
-        } else if w.head >= 64 << 10 && w.head * 2 >= w.bytes.len() {
+        } else if head >= 64 << 10 && head * 2 >= w.bytes.len() {
             // Reclaim the applied front now and then (amortized: at most one copy of what
             // is held per half a window applied).
-            let head = w.head;
             w.bytes.drain(..head);
             for s in &mut w.starts {
                 *s -= head;
             }
-            w.head = 0;
         }
     }
 
@@ -321,28 +318,17 @@ impl Windows<'_> {
         let rec = record::decode(payload).expect("decoded before");
         if let (
             true,
-            Record::Stored {
-                key,
-                value,
-                flags,
-                exptime,
-                cas,
-                stale,
+            Mutation::Stored {
+                key, value, meta, ..
             },
-        ) = (pushed_out, &rec)
+        ) = (pushed_out, rec.to_mutation(lsn))
         {
             let meta = ItemMeta {
-                flags: *flags,
-                exptime: *exptime,
-                cas: *cas,
                 last_access: self.now,
-                fetched: false,
-                stale: *stale,
-                win_sent: false,
-                mod_revision: lsn,
+                ..meta
             };
             if self.store.replay_to_flash(key, value, &meta, self.now) {
-                self.max_cas = self.max_cas.max(*cas);
+                self.max_cas = self.max_cas.max(meta.cas);
                 self.to_flash += 1;
                 return;
             }

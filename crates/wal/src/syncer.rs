@@ -348,24 +348,22 @@ impl Shared {
     /// moves to the written mark read when it began. What helpers wrote meanwhile is left for
     /// the next one, whose clock starts when this one began.
     fn sync_outside(&self, s: OutsideSync) -> Result<(), ()> {
-        let started = Instant::now();
-        let result = s.file.sync_data();
-        let us = us_since(started);
-        if let Err(e) = result {
-            let e = WalError::io(&s.path, e);
-            {
-                let mut st = self.state.lock();
-                st.syncing_from = None;
-                st.poisoned = Some(e.clone());
+        let started = match self.timed_sync(s.file.as_ref(), &s.path) {
+            Ok(started) => started,
+            Err(e) => {
+                {
+                    let mut st = self.state.lock();
+                    st.syncing_from = None;
+                    st.poisoned = Some(e.clone());
+                }
+                self.tell_listeners(Err(&e));
+                return Err(());
             }
-            self.tell_listeners(Err(&e));
-            return Err(());
-        }
+        };
         self.durable.advance(s.to);
         {
             let mut st = self.state.lock();
             st.syncing_from = None;
-            let _ = st.hist.fdatasync_us.record(us);
             let during = st.bytes_written - s.bytes_at;
             if during > 0 {
                 st.unsynced_since = Some(started);
@@ -391,18 +389,23 @@ impl Shared {
     /// fdatasyncs the tail (everything written to it so far), then moves the durable mark to
     /// `written`, the written mark read before the call.
     fn sync_written(&self, tail: &Tail, written: Lsn) -> Result<(), WalError> {
+        self.timed_sync(tail.file.as_ref(), &tail.path)?;
+        self.durable.advance(written);
+        Ok(())
+    }
+
+    /// fdatasyncs `file`, the call alone timed for the `fdatasync` histogram; returns when
+    /// it began.
+    fn timed_sync(&self, file: &dyn LogFile, path: &Path) -> Result<Instant, WalError> {
         let started = Instant::now();
-        tail.file
-            .sync_data()
-            .map_err(|e| WalError::io(&tail.path, e))?;
+        file.sync_data().map_err(|e| WalError::io(path, e))?;
         let _ = self
             .state
             .lock()
             .hist
             .fdatasync_us
             .record(us_since(started));
-        self.durable.advance(written);
-        Ok(())
+        Ok(started)
     }
 
     /// Writes one batch at the end of the tail segment (switching to the spare segment if it
