@@ -401,19 +401,20 @@ fn write_pins(
     fs: &dyn FileSystem,
     dir: &Path,
     lsn: Lsn,
-    pins: &[(u32, u64)],
+    pins: &[cairn_flash::Pin],
 ) -> Result<(), PersistError> {
-    let mut b = Vec::with_capacity(16 + pins.len() * 12 + 4);
+    let mut b = Vec::with_capacity(16 + pins.len() * PIN_BYTES + 4);
     b.extend_from_slice(b"CAIRNFPN");
-    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&2u32.to_le_bytes());
     b.extend_from_slice(
         &u32::try_from(pins.len())
             .expect("segments fit u32")
             .to_le_bytes(),
     );
-    for &(seg, seq) in pins {
-        b.extend_from_slice(&seg.to_le_bytes());
-        b.extend_from_slice(&seq.to_le_bytes());
+    for pin in pins {
+        b.extend_from_slice(&pin.segment.to_le_bytes());
+        b.extend_from_slice(&pin.seq.to_le_bytes());
+        b.extend_from_slice(&pin.max_revision.to_le_bytes());
     }
     let crc = crc32c::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
@@ -427,9 +428,12 @@ fn write_pins(
         .map_err(|e| PersistError::io(&path, e))
 }
 
+/// Bytes of one pin in a pins file (version 2; version 1's had no largest revision: 12).
+const PIN_BYTES: usize = 20;
+
 /// Reads the pins file of snapshot `lsn`; empty if it is missing or damaged (then none of
 /// that snapshot's flash records is trusted).
-fn read_pins(fs: &dyn FileSystem, dir: &Path, lsn: Lsn) -> Vec<(u32, u64)> {
+fn read_pins(fs: &dyn FileSystem, dir: &Path, lsn: Lsn) -> Vec<cairn_flash::Pin> {
     let path = dir.join(pins_file_name(lsn));
     let Ok(f) = fs.open(&path) else {
         return Vec::new();
@@ -440,8 +444,17 @@ fn read_pins(fs: &dyn FileSystem, dir: &Path, lsn: Lsn) -> Vec<(u32, u64)> {
         return Vec::new();
     }
     let crc = u32::from_le_bytes(b[size - 4..].try_into().expect("4 bytes"));
+    let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
     let count = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")) as usize;
-    if &b[0..8] != b"CAIRNFPN" || crc != crc32c::crc32c(&b[..size - 4]) || size != 20 + count * 12 {
+    let each = match version {
+        1 => 12,
+        _ => PIN_BYTES,
+    };
+    if &b[0..8] != b"CAIRNFPN"
+        || !(1..=2).contains(&version)
+        || crc != crc32c::crc32c(&b[..size - 4])
+        || size != 20 + count * each
+    {
         tracing::warn!(
             "{} is damaged: its snapshot's flash items are lost",
             path.display()
@@ -450,11 +463,16 @@ fn read_pins(fs: &dyn FileSystem, dir: &Path, lsn: Lsn) -> Vec<(u32, u64)> {
     }
     (0..count)
         .map(|i| {
-            let at = 16 + i * 12;
-            (
-                u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")),
-                u64::from_le_bytes(b[at + 4..at + 12].try_into().expect("8 bytes")),
-            )
+            let at = 16 + i * each;
+            cairn_flash::Pin {
+                segment: u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")),
+                seq: u64::from_le_bytes(b[at + 4..at + 12].try_into().expect("8 bytes")),
+                // Version 1 did not say: unknown, nothing is left out for it.
+                max_revision: match version {
+                    1 => 0,
+                    _ => u64::from_le_bytes(b[at + 12..at + 20].try_into().expect("8 bytes")),
+                },
+            }
         })
         .collect()
 }

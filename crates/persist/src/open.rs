@@ -10,6 +10,7 @@
 //!
 //! Each step that can refuse the start says why with an [`Unrecoverable`] variant.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -233,7 +234,7 @@ fn load_snapshot(
     for lsn in candidates {
         let path = config.data_path.join(snapshot::file_name(lsn));
         tracing::info!("loading snapshot {}", path.display());
-        match load_one_snapshot(config, store, &path, stats) {
+        match load_one_snapshot(config, store, &path, lsn, stats) {
             Ok(loaded) => {
                 base.loaded = loaded;
                 stats.recovery_snapshot_ms = t.elapsed().as_millis() as u64;
@@ -257,16 +258,28 @@ fn load_snapshot(
     Ok(base)
 }
 
-/// Loads one snapshot file into the store; returns its LSN.
+/// Loads one snapshot file (of LSN `lsn`, by its name) into the store; returns its LSN.
 fn load_one_snapshot(
     config: &PersistConfig,
     store: &Store,
     path: &std::path::Path,
+    lsn: Lsn,
     stats: &mut PersistStats,
 ) -> Result<Lsn, PersistError> {
     let fs = config.fs.as_ref();
     let flash = config.flash.as_ref();
     let now = now_unix();
+    // The flash items a record after the snapshot made: replay makes them again, so the
+    // snapshot's entries pointing at them are left out (see `Flash::items_past`).
+    let remade: HashSet<u64> = flash.map_or_else(HashSet::new, |f| {
+        f.items_past(lsn)
+            .into_iter()
+            .map(|(block, nblocks, key)| {
+                cairn_store::FlashLoc::new(store.key_hash(&key), block, nblocks).place()
+            })
+            .collect()
+    });
+    let flash_left = AtomicU64::new(0);
     let dropped = AtomicU64::new(0);
     let flash_restored = AtomicU64::new(0);
     let flash_dropped = AtomicU64::new(0);
@@ -306,9 +319,10 @@ fn load_one_snapshot(
             }
         }
         if let (Some(f), false) = (flash, entries.is_empty()) {
-            let (restored, lost) = restore_flash(store, f, &entries);
+            let (restored, lost, left) = restore_flash(store, f, &entries, &remade);
             flash_restored.fetch_add(restored, Ordering::Relaxed);
             flash_dropped.fetch_add(lost, Ordering::Relaxed);
+            flash_left.fetch_add(left, Ordering::Relaxed);
         }
     })?;
     store.raise_cas_floor(snap.cas_floor);
@@ -316,6 +330,14 @@ fn load_one_snapshot(
     stats.recovery_dropped_items += dropped.into_inner();
     stats.recovered_flash_items = flash_restored.into_inner();
     stats.recovery_flash_dropped = flash_dropped.into_inner();
+    if !remade.is_empty() {
+        tracing::info!(
+            "recovery: {} flash entries of the snapshot left to the replay that remakes them \
+             ({} items past its LSN found on flash)",
+            flash_left.into_inner(),
+            remade.len()
+        );
+    }
     if stats.recovery_flash_dropped > 0 {
         tracing::warn!(
             "recovery: {} flash items of the snapshot could not be trusted (segment rewritten, \
@@ -328,20 +350,28 @@ fn load_one_snapshot(
 }
 
 /// Puts back the flash entries (shard, entry, seq) of one snapshot block that the tier still
-/// trusts, one shard lock per shard's run; returns (restored, not trusted).
+/// trusts, one shard lock per shard's run, except those at a place in `remade` (replay makes
+/// them again); returns (restored, not trusted, left to replay).
 fn restore_flash(
     store: &Store,
     flash: &cairn_flash::Flash,
     entries: &[(u32, cairn_store::FlashLoc, u64)],
-) -> (u64, u64) {
+    remade: &HashSet<u64>,
+) -> (u64, u64, u64) {
     let places: Vec<_> = entries.iter().map(|&(_, loc, seq)| (loc, seq)).collect();
     let trusted = flash.trusts(&places);
     let lost = trusted.iter().filter(|t| !**t).count() as u64;
+    let mut left = 0;
     let mut kept: Vec<(u32, cairn_store::FlashLoc)> = entries
         .iter()
         .zip(trusted)
         .filter(|(_, t)| *t)
         .map(|(&(shard, loc, _), _)| (shard, loc))
+        .filter(|(_, loc)| {
+            let remade = remade.contains(&loc.place());
+            left += u64::from(remade);
+            !remade
+        })
         .collect();
     // The snapshot writes shard by shard: a block's entries are mostly of one shard already.
     kept.sort_by_key(|&(shard, _)| shard);
@@ -352,7 +382,7 @@ fn restore_flash(
         locs.extend(run.iter().map(|&(_, loc)| loc));
         store.restore_flash(run[0].0 as usize, &locs);
     }
-    (restored, lost)
+    (restored, lost, left)
 }
 
 /// Replays the log after the loaded snapshot and checks that it is the log of this data: it

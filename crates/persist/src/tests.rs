@@ -877,3 +877,46 @@ fn a_log_tail_longer_than_ram_replays_partly_straight_to_flash_and_exactly() {
     }
     assert!(on_flash > 1000, "most items are on flash ({on_flash})");
 }
+
+#[test]
+fn a_pins_file_round_trips_and_an_older_version_reads_with_no_largest_revision() {
+    let fs = FaultyFs::new();
+    let dir = Path::new("/t");
+    let pins = vec![
+        cairn_flash::Pin {
+            segment: 3,
+            seq: 77,
+            max_revision: 9_000,
+        },
+        cairn_flash::Pin {
+            segment: 8,
+            seq: 80,
+            max_revision: 0,
+        },
+    ];
+    write_pins(&fs, dir, 500, &pins).unwrap();
+    assert_eq!(read_pins(&fs, dir, 500), pins);
+
+    // Version 1, as written before largest revisions: (segment u32 | seq u64) per pin.
+    let mut v1 = b"CAIRNFPN".to_vec();
+    v1.extend_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&3u32.to_le_bytes());
+    v1.extend_from_slice(&77u64.to_le_bytes());
+    let crc = crc32c::crc32c(&v1);
+    v1.extend_from_slice(&crc.to_le_bytes());
+    let f = fs.create(&dir.join(pins_file_name(600))).unwrap();
+    f.write_at(0, &v1).unwrap();
+    assert_eq!(
+        read_pins(&fs, dir, 600),
+        vec![cairn_flash::Pin {
+            segment: 3,
+            seq: 77,
+            max_revision: 0,
+        }]
+    );
+
+    // One bit off: nothing of it is trusted.
+    fs.corrupt(&dir.join(pins_file_name(500)), |b| b[20] ^= 1);
+    assert!(read_pins(&fs, dir, 500).is_empty());
+}
