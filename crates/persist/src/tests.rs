@@ -920,3 +920,47 @@ fn a_pins_file_round_trips_and_an_older_version_reads_with_no_largest_revision()
     fs.corrupt(&dir.join(pins_file_name(500)), |b| b[20] ^= 1);
     assert!(read_pins(&fs, dir, 500).is_empty());
 }
+
+#[test]
+fn a_block_of_many_small_records_is_handed_over_in_batches_and_whole() {
+    // 10,000 flash records (25 bytes each) in one block: the loader hands them over in
+    // batches of at most RECORDS_PER_CALL, every record exactly once, in the block's order.
+    let fs = FaultyFs::new();
+    let path = Path::new("/t/many.snap");
+    let mut w = snapshot::Writer::create(&fs, path, 7, 0).unwrap();
+    let mut buf = Vec::new();
+    for i in 0..10_000u64 {
+        snapshot::encode_flash(
+            &mut buf,
+            &snapshot::SnapFlash {
+                shard: 0,
+                shard_count: 1,
+                loc: i,
+                seq: 1,
+            },
+        );
+    }
+    w.add_encoded(&buf, 10_000).unwrap();
+    w.finish(0).unwrap();
+    let calls = std::sync::Mutex::new(Vec::new());
+    let loaded = snapshot::load(&fs, path, 1, |recs| {
+        let locs: Vec<u64> = recs
+            .iter()
+            .map(|r| match r {
+                snapshot::SnapRecord::Flash(f) => f.loc,
+                snapshot::SnapRecord::Item(_) => panic!("only flash records were written"),
+            })
+            .collect();
+        calls.lock().unwrap().push(locs);
+    })
+    .unwrap();
+    assert_eq!(loaded.items, 10_000);
+    let calls = calls.into_inner().unwrap();
+    assert!(
+        calls.len() >= 3,
+        "batches, not the block at once: {}",
+        calls.len()
+    );
+    assert!(calls.iter().all(|c| c.len() <= 4096));
+    assert_eq!(calls.concat(), (0..10_000).collect::<Vec<u64>>());
+}
