@@ -276,6 +276,17 @@ pub enum Promotion {
 /// Threads reading the named segments' headers at recovery (see [`Flash::recover_pins`]).
 const PIN_READERS: usize = 16;
 
+/// An item [`Flash::items_past`] found.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PastItem {
+    /// The seq of the segment it is in.
+    pub seq: u64,
+    /// Its first device block, and how many it spans (as in its `FlashLoc`).
+    pub block: u32,
+    pub nblocks: u32,
+    pub key: Vec<u8>,
+}
+
 /// A segment a checkpoint names, as its pins file records it (docs/FORMATS.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Pin {
@@ -832,7 +843,9 @@ impl Flash {
     // is the key's state as of the shard's copy, like any snapshot item; every later change of
     // the key is a log record after the snapshot's LSN, and replay applies it (a store or a
     // delete removes the key's flash entries), so an overwritten or deleted value never comes
-    // back. Items that went to flash after the checkpoint need no trust: their values are in
+    // back. An entry whose item has a revision past the snapshot's LSN is left out
+    // (`items_past`): its record is in the replayed log (below), which makes the item again.
+    // Items that went to flash after the checkpoint need no trust: their values are in
     // the snapshot (they were in RAM then) or in the log. A segment rewritten since (the
     // previous snapshot's, when the newest is damaged) fails the seq check: its items are
     // lost, as if evicted, never read as something else. Seqs start at a random 63-bit base
@@ -907,16 +920,20 @@ impl Flash {
     }
 
     /// Recovery, after [`Flash::recover_pins`], before the snapshot of LSN `after` is loaded:
-    /// the items of the kept segments with a revision past `after`, as (first device block,
-    /// blocks, key). The log records that made them come after the snapshot, so replay makes
-    /// each of them again, and an entry of the snapshot that points at one is better left out
-    /// (the per-item form of [`Flash::checkpoint_entry`]'s rule): restored, replaying the
-    /// record would find it under the key's tag and read it from the device, under the shard
-    /// lock, to tell whose it is (31.9K such reads at 10M items, made while the replay's
-    /// cores idled). Only segments whose pins file gave a largest revision past `after` are
-    /// read, whole (a few at the checkpoint's boundary), PIN_READERS at a time; one that
-    /// cannot be read gives nothing (its entries stay, as before).
-    pub fn items_past(&self, after: u64) -> Vec<(u32, u32, Vec<u8>)> {
+    /// the items of the kept segments with a revision past `after`. An entry of that
+    /// snapshot that points at one is better left out (the per-item form of
+    /// [`Flash::checkpoint_entry`]'s rule). The checkpoint recorded the entry under its shard
+    /// lock, so the item's revision r was handed out before the copy ended, at or before the
+    /// L1 up to which the log was made durable before the snapshot became current: record r
+    /// is in the log that replay reads from `after` on, and makes the item again. Restored,
+    /// the entry would be found under the key's tag when record r is replayed, and read from
+    /// the device under the shard lock to tell whose it is (31.9K such reads at 10M items,
+    /// made while the replay's cores idled). Items past L1 (no entry points at them) are
+    /// returned too and simply match nothing. Only segments whose pins file gave a largest
+    /// revision past `after` are read, whole (a few at the checkpoint's boundary),
+    /// PIN_READERS at a time; one that cannot be read gives nothing (its entries stay, as
+    /// before).
+    pub fn items_past(&self, after: u64) -> Vec<PastItem> {
         let segs: Vec<(u32, u64)> = {
             let inner = self.inner.lock();
             inner
@@ -947,11 +964,12 @@ impl Flash {
                             let used = h.used_blocks.min(self.blocks_per_seg);
                             for (block, nblocks, it) in format::segment_items(&buf, used) {
                                 if it.meta.mod_revision > after {
-                                    found.push((
-                                        self.device_block(seg, block),
+                                    found.push(PastItem {
+                                        seq,
+                                        block: self.device_block(seg, block),
                                         nblocks,
-                                        it.key.to_vec(),
-                                    ));
+                                        key: it.key.to_vec(),
+                                    });
                                 }
                             }
                         }

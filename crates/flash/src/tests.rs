@@ -737,13 +737,22 @@ fn pins_give_a_segments_largest_revision_and_recovery_finds_its_items_past_a_che
     let reopen = || Flash::open_keeping(config(r.path.clone(), 40), true).unwrap();
     let again = reopen();
     assert_eq!(again.recover_pins(&pins), 1);
-    let mut past: Vec<(u32, u32, Vec<u8>)> = again.items_past(100);
+    let mut past = again.items_past(100);
     past.sort();
-    let place = |key: &[u8], block: u32, nblocks: u32| {
-        FlashLoc::new(r.store.key_hash(key), block, nblocks).place()
-    };
-    let found: Vec<u64> = past.iter().map(|(b, n, k)| place(k, *b, *n)).collect();
-    assert_eq!(found, vec![locs[0].place(), locs[2].place()]);
+    let found: Vec<(u64, u64)> = past
+        .iter()
+        .map(|p| {
+            let loc = FlashLoc::new(r.store.key_hash(&p.key), p.block, p.nblocks);
+            (p.seq, loc.place())
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (pins[0].seq, locs[0].place()),
+            (pins[0].seq, locs[2].place())
+        ]
+    );
     assert!(again.items_past(151).is_empty());
     again.stop();
 

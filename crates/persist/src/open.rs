@@ -271,14 +271,7 @@ fn load_one_snapshot(
     let now = now_unix();
     // The flash items a record after the snapshot made: replay makes them again, so the
     // snapshot's entries pointing at them are left out (see `Flash::items_past`).
-    let remade: HashSet<u64> = flash.map_or_else(HashSet::new, |f| {
-        f.items_past(lsn)
-            .into_iter()
-            .map(|(block, nblocks, key)| {
-                cairn_store::FlashLoc::new(store.key_hash(&key), block, nblocks).place()
-            })
-            .collect()
-    });
+    let remade = flash.map_or_else(Remade::default, |f| Remade::new(store, f.items_past(lsn)));
     let flash_left = AtomicU64::new(0);
     let dropped = AtomicU64::new(0);
     let flash_restored = AtomicU64::new(0);
@@ -330,12 +323,12 @@ fn load_one_snapshot(
     stats.recovery_dropped_items += dropped.into_inner();
     stats.recovered_flash_items = flash_restored.into_inner();
     stats.recovery_flash_dropped = flash_dropped.into_inner();
-    if !remade.is_empty() {
+    if !remade.places.is_empty() {
         tracing::info!(
             "recovery: {} flash entries of the snapshot left to the replay that remakes them \
              ({} items past its LSN found on flash)",
             flash_left.into_inner(),
-            remade.len()
+            remade.places.len()
         );
     }
     if stats.recovery_flash_dropped > 0 {
@@ -349,14 +342,41 @@ fn load_one_snapshot(
     Ok(snap.lsn)
 }
 
+/// The flash items past a snapshot that replay makes again ([`cairn_flash::Flash::items_past`]):
+/// the seqs of their few segments, checked first, and their places.
+#[derive(Default)]
+struct Remade {
+    seqs: Vec<u64>,
+    places: HashSet<u64>,
+}
+
+impl Remade {
+    fn new(store: &Store, items: Vec<cairn_flash::PastItem>) -> Remade {
+        let mut seqs: Vec<u64> = items.iter().map(|p| p.seq).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let places = items
+            .iter()
+            .map(|p| cairn_store::FlashLoc::new(store.key_hash(&p.key), p.block, p.nblocks).place())
+            .collect();
+        Remade { seqs, places }
+    }
+
+    /// Whether the entry `loc`, recorded in a segment of seq `seq`, points at such an item
+    /// (a search of a few seqs for most of 9M entries, before any hashing).
+    fn has(&self, seq: u64, loc: cairn_store::FlashLoc) -> bool {
+        self.seqs.binary_search(&seq).is_ok() && self.places.contains(&loc.place())
+    }
+}
+
 /// Puts back the flash entries (shard, entry, seq) of one snapshot block that the tier still
-/// trusts, one shard lock per shard's run, except those at a place in `remade` (replay makes
-/// them again); returns (restored, not trusted, left to replay).
+/// trusts, one shard lock per shard's run, except those `remade` has (replay makes them
+/// again); returns (restored, not trusted, left to replay).
 fn restore_flash(
     store: &Store,
     flash: &cairn_flash::Flash,
     entries: &[(u32, cairn_store::FlashLoc, u64)],
-    remade: &HashSet<u64>,
+    remade: &Remade,
 ) -> (u64, u64, u64) {
     let places: Vec<_> = entries.iter().map(|&(_, loc, seq)| (loc, seq)).collect();
     let trusted = flash.trusts(&places);
@@ -366,12 +386,12 @@ fn restore_flash(
         .iter()
         .zip(trusted)
         .filter(|(_, t)| *t)
-        .map(|(&(shard, loc, _), _)| (shard, loc))
-        .filter(|(_, loc)| {
-            let remade = remade.contains(&loc.place());
+        .filter(|(&(_, loc, seq), _)| {
+            let remade = remade.has(seq, loc);
             left += u64::from(remade);
             !remade
         })
+        .map(|(&(shard, loc, _), _)| (shard, loc))
         .collect();
     // The snapshot writes shard by shard: a block's entries are mostly of one shard already.
     kept.sort_by_key(|&(shard, _)| shard);

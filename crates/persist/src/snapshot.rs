@@ -299,6 +299,15 @@ pub fn load(
         return Err(bad(path, 0, "bad snapshot header"));
     }
     let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+    // Recovery picks a snapshot, and leaves out its flash entries past it, by the LSN in its
+    // name (`Flash::items_past`); replay starts from the header's. They must be one.
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_file_name);
+    if named.is_some_and(|named| named != lsn) {
+        return Err(bad(path, 16, "its name and its header give different LSNs"));
+    }
     // Check the trailer first: an incomplete file is rejected before anything is loaded.
     let tlen = trailer_len(version);
     if size < (HEADER_LEN + tlen) as u64 {
