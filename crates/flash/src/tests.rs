@@ -653,15 +653,9 @@ fn bad_settings_are_refused_naming_the_path() {
     assert!(err.contains("multiple of 4 KiB"), "{err}");
 }
 
-#[test]
-fn a_checkpoint_leaves_out_entries_of_segments_written_wholly_after_its_position() {
-    // Items admitted with revisions 101..=120 fill one segment, then one with revision 50
-    // opens the next... the checkpoint at L0 = 100 leaves out the first segment's entries
-    // (their records, 101 on, are replayed from that snapshot anyway) but names a segment
-    // holding any item of revision <= 100.
-    let r = rig(4, 40);
-    let value = vec![7u8; 20_000];
-    let meta = |rev: u64| ItemMeta {
+/// An item's metadata with `rev` as its revision (and CAS), as the checkpoint tests admit it.
+fn meta_of_revision(rev: u64) -> ItemMeta {
+    ItemMeta {
         flags: 0,
         exptime: 0,
         cas: rev,
@@ -670,12 +664,22 @@ fn a_checkpoint_leaves_out_entries_of_segments_written_wholly_after_its_position
         stale: false,
         win_sent: false,
         mod_revision: rev,
-    };
+    }
+}
+
+#[test]
+fn a_checkpoint_leaves_out_entries_of_segments_written_wholly_after_its_position() {
+    // Items admitted with revisions 101..=120 fill one segment, then one with revision 50
+    // opens the next... the checkpoint at L0 = 100 leaves out the first segment's entries
+    // (their records, 101 on, are replayed from that snapshot anyway) but names a segment
+    // holding any item of revision <= 100.
+    let r = rig(4, 40);
+    let value = vec![7u8; 20_000];
     let admit = |i: u64, rev: u64| {
         let key = format!("k{i}");
         let hash = r.store.key_hash(key.as_bytes());
         r.flash
-            .admit(hash, key.as_bytes(), &value, &meta(rev))
+            .admit(hash, key.as_bytes(), &value, &meta_of_revision(rev))
             .expect("admitted")
     };
     // 64 KiB segments of 20 KB items: three items each.
@@ -708,20 +712,10 @@ fn pins_give_a_segments_largest_revision_and_recovery_finds_its_items_past_a_che
     // say (an older version: 0).
     let r = rig(4, 40);
     let value = vec![7u8; 20_000];
-    let meta = |rev: u64| ItemMeta {
-        flags: 0,
-        exptime: 0,
-        cas: rev,
-        last_access: NOW,
-        fetched: false,
-        stale: false,
-        win_sent: false,
-        mod_revision: rev,
-    };
     let admit = |key: &str, rev: u64| {
         let hash = r.store.key_hash(key.as_bytes());
         r.flash
-            .admit(hash, key.as_bytes(), &value, &meta(rev))
+            .admit(hash, key.as_bytes(), &value, &meta_of_revision(rev))
             .expect("admitted")
     };
     let locs: Vec<FlashLoc> = vec![admit("a", 150), admit("b", 50), admit("c", 151)];
