@@ -24,6 +24,8 @@ if ! "$PYTHON" -c "import pymemcache, pytest, prometheus_client, grpc, grpc_tool
     fi
     PYTHON="$VENV/bin/python"
 fi
-CAIRN_BIN="$PWD/target/debug/cairn" "$PYTHON" -m pytest -q tests/python
-CAIRN_TEST_IO_ENGINE=tokio CAIRN_BIN="$PWD/target/debug/cairn" "$PYTHON" -m pytest -q \
+# The binary cargo just built: under $CARGO_TARGET_DIR when that is set (a shared target folder).
+CAIRN="${CARGO_TARGET_DIR:-$PWD/target}/debug/cairn"
+CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q tests/python
+CAIRN_TEST_IO_ENGINE=tokio CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q \
     tests/python/test_pymemcache.py
