@@ -21,7 +21,7 @@ stats
 for C in ${CLIENTS:-25}; do
   T0=$(awk '{print $14+$15}' /proc/$PID/stat)
   vmstat 2 4 > /tmp/f2vm.txt &
-  $B -s 127.0.0.1 -p $PORT -t 2 -c $C -d 100 --key-pattern R:R --ratio 0:1 --key-minimum 1 --key-maximum 2000000 --test-time ${SECS:-8} 2>&1 | grep -E "^Gets" | awk -v c=$C '{print "clients 2x" c ": gets/s", $2, "hits/s", $3, "misses/s", $4, "avg ms", $6, "p50", $7, "p99", $9}'
+  $B -s 127.0.0.1 -p $PORT -t 2 -c $C -d 100 --key-pattern R:R --ratio 0:1 --key-minimum 1 --key-maximum 2000000 --distinct-client-seed --seed ${SEED:-$C} --test-time ${SECS:-8} 2>&1 | grep -E "^Gets" | awk -v c=$C '{print "clients 2x" c ": gets/s", $2, "hits/s", $3, "misses/s", $4, "avg ms", $6, "p50", $7, "p99", $9}'
   T1=$(awk '{print $14+$15}' /proc/$PID/stat)
   echo "  server CPU: $(( T1-T0 )) ticks of 1/100 s"; tail -3 /tmp/f2vm.txt
   stats
