@@ -878,7 +878,7 @@ impl Flash {
         // made PIN_READERS at a time: one after another they were waits on the device in a
         // row (92 ms at 10M items on an idle disk, 250 ms at 3M on a busy one).
         let per = wanted.len().div_ceil(PIN_READERS).max(1);
-        let mut kept: Vec<(u64, Pin)> = std::thread::scope(|s| {
+        let mut kept: Vec<Pin> = std::thread::scope(|s| {
             let readers: Vec<_> = wanted
                 .chunks(per)
                 .map(|part| {
@@ -892,7 +892,7 @@ impl Flash {
                                     && SegmentHeader::decode(&block)
                                         .is_some_and(|h| h.segment == p.segment && h.seq == p.seq)
                             })
-                            .map(|&p| (p.seq, p))
+                            .copied()
                             .collect::<Vec<_>>()
                     })
                 })
@@ -902,9 +902,10 @@ impl Flash {
                 .flat_map(|r| r.join().expect("a pin reader panicked"))
                 .collect()
         });
-        kept.sort_unstable();
+        // Oldest first: flash eviction takes `sealed` from the front.
+        kept.sort_unstable_by_key(|p| p.seq);
         let mut inner = self.inner.lock();
-        for &(_, pin) in &kept {
+        for &pin in &kept {
             let seg = pin.segment;
             inner.free.retain(|&f| f != seg);
             let s = &mut inner.segs[seg as usize];
