@@ -5,7 +5,7 @@
 //!   RAM eviction (segment-FIFO tail) ──FlashTier::admit(key, value, meta)──> flash writer buffer
 //!        │                                   └─ Some(FlashLoc): the index keeps 8 bytes
 //!        v                                      None: the writer is behind → evicted for good
-//!   Shard { index: HashTable<Loc> (RAM), flash: HashTable<FlashLoc> (flash) }
+//!   Shard { index: HashTable<Loc> (RAM), flash: FlashIndex (flash, see flash_index.rs) }
 //!        └─ overwrite / delete of a key removes its flash copy (the entry with its tag that
 //!           holds it; FlashTier::release), so an old flash copy can never be found again
 //! ```
@@ -102,16 +102,6 @@ impl FlashLoc {
     /// The location without its fetched bit: two entries are the same copy iff these match.
     pub fn place(self) -> u64 {
         self.0 & !FETCHED_BIT
-    }
-
-    /// The hash the flash table files this entry under: a mix of the tag alone, since the
-    /// entry holds no other bits of the key's hash (the table rehashes from it when it grows).
-    pub fn table_hash(tag: u32) -> u64 {
-        // splitmix64's finalizer: every output bit depends on every tag bit.
-        let mut z = u64::from(tag).wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 

@@ -21,6 +21,7 @@
 //! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds).
 
 pub mod flash;
+mod flash_index;
 mod segment;
 mod shard;
 
@@ -194,7 +195,7 @@ pub struct StoreStats {
     pub flash_tag_drops: u64,
     /// Items brought back from flash to RAM (hot reads, and commands that change an item).
     pub flash_promotions: u64,
-    /// RAM held by the flash entries of the index (slots + control bytes).
+    /// RAM held by the flash index: the slots its tables allocated (see `flash_index.rs`).
     pub flash_index_bytes: u64,
     /// RAM segments in use (memcached's `total_pages` of its one slab class here).
     pub segments: u64,
@@ -385,11 +386,10 @@ impl Store {
     ) -> FlashFound {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
-        let Some(entry) = shard.flash_find_mut(loc) else {
+        let Some(entry) = shard.flash_mark_fetched(loc) else {
             return FlashFound::NotCurrent;
         };
         let fetched_before = entry.fetched();
-        *entry = entry.with_fetched();
         if item.meta.exptime != 0 && item.meta.exptime <= now {
             shard.flash_remove_place(loc);
             shard.counters.reclaimed += 1;
@@ -471,11 +471,10 @@ impl Store {
         let hash = self.hash(key);
         let loc = FlashLoc::new(hash, block, nblocks);
         let mut shard = self.shard(hash);
-        let Some(entry) = shard.flash_find_mut(loc) else {
+        let Some(loc) = shard.flash_get(loc) else {
             return Reclaimed::Dead;
         };
-        let loc = *entry;
-        if entry.fetched() {
+        if loc.fetched() {
             if let Some(new) = reinsert(hash) {
                 // Same key, new place: the old segment's live count drops via release.
                 shard.flash_remove_place(loc);
@@ -499,7 +498,7 @@ impl Store {
             shard.flash.retain(|l| {
                 let keep = !blocks.contains(&l.block());
                 if !keep {
-                    gone.push(*l);
+                    gone.push(l);
                 }
                 keep
             });
@@ -527,7 +526,7 @@ impl Store {
     ) {
         let shard = self.shards[index].lock();
         visit_ram(&shard, now, &mut f);
-        for &loc in shard.flash.iter() {
+        for loc in shard.flash.iter() {
             g(loc);
         }
     }
@@ -540,9 +539,7 @@ impl Store {
         if let Some(t) = &shard.tier {
             t.restore(locs);
         }
-        shard
-            .flash
-            .reserve(locs.len(), |l| FlashLoc::table_hash(l.tag()));
+        shard.flash.reserve(locs.len());
         for &loc in locs {
             shard.flash_insert(loc);
         }

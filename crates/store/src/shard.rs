@@ -19,6 +19,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use crate::flash::{tag_of, FlashLoc, FlashTier, KeyAt};
+use crate::flash_index::FlashIndex;
 use crate::segment::{self, Header, Segment, DEAD, FETCHED, SEGMENT_SIZE};
 use crate::StoreStats;
 use crate::{meta_of, DeleteReason, Mutation, PrevItem, Revision, Store};
@@ -105,7 +106,7 @@ pub struct Shard {
     pub index: HashTable<Packed>,
     /// Tag -> location of a live copy on flash (see `crate::flash`). A key is in at most one
     /// of `index` and `flash`.
-    pub flash: HashTable<FlashLoc>,
+    pub flash: FlashIndex,
     /// The flash tier evicted items go to, if one is configured.
     pub tier: Option<Arc<dyn FlashTier>>,
     /// Segment storage; `None` marks a free slot.
@@ -121,9 +122,6 @@ pub struct Shard {
     pub reclaim_cursor: usize,
 }
 
-/// Bytes of one flash index slot: the 8-byte `FlashLoc` and hashbrown's control byte.
-const INDEX_SLOT_BYTES: usize = std::mem::size_of::<FlashLoc>() + 1;
-
 /// What happened when room was made for a new item.
 pub enum Alloc {
     At(Loc),
@@ -134,7 +132,7 @@ impl Shard {
     pub fn new(budget: usize, tier: Option<Arc<dyn FlashTier>>) -> Shard {
         Shard {
             index: HashTable::new(),
-            flash: HashTable::new(),
+            flash: FlashIndex::new(),
             tier,
             slots: Vec::new(),
             fifo: VecDeque::new(),
@@ -146,9 +144,9 @@ impl Shard {
     }
 
     pub fn memory_used(&self) -> usize {
-        // The RAM index by what it allocated (slots and control bytes of every bucket, a table
-        // is up to 7/8 full); the flash index as before (its slots only).
-        self.segment_bytes + self.index.allocation_size() + self.flash.capacity() * INDEX_SLOT_BYTES
+        // Both indexes by what they allocated (the RAM index's slots and control bytes of
+        // every bucket, a table is up to 7/8 full; the flash index's slots).
+        self.segment_bytes + self.index.allocation_size() + self.flash.allocation_bytes()
     }
 
     pub fn seg(&self, slot: u32) -> &Segment {
@@ -385,20 +383,12 @@ impl Shard {
         if self.flash.is_empty() {
             return Vec::new();
         }
-        let tag = tag_of(hash);
-        self.flash
-            .iter_hash(FlashLoc::table_hash(tag))
-            .filter(|l| l.tag() == tag)
-            .copied()
-            .collect()
+        self.flash.with_tag(tag_of(hash)).collect()
     }
 
     /// Adds a flash entry (the caller made sure no other copy of its key is indexed).
     pub fn flash_insert(&mut self, loc: FlashLoc) {
-        self.flash
-            .insert_unique(FlashLoc::table_hash(loc.tag()), loc, |l| {
-                FlashLoc::table_hash(l.tag())
-            });
+        self.flash.insert(loc);
         self.counters.curr_items += 1;
         self.counters.flash_items += 1;
     }
@@ -446,23 +436,24 @@ impl Shard {
     }
 
     /// The entry for exactly this copy (fetched bit ignored), if it is still indexed.
-    pub fn flash_find_mut(&mut self, loc: FlashLoc) -> Option<&mut FlashLoc> {
-        self.flash.find_mut(FlashLoc::table_hash(loc.tag()), |l| {
-            l.place() == loc.place()
-        })
+    pub fn flash_get(&self, loc: FlashLoc) -> Option<FlashLoc> {
+        self.flash.get(loc)
+    }
+
+    /// Marks the entry for exactly this copy (fetched bit ignored) fetched, if it is still
+    /// indexed; returns the entry as it was.
+    pub fn flash_mark_fetched(&mut self, loc: FlashLoc) -> Option<FlashLoc> {
+        self.flash.mark_fetched(loc)
     }
 
     /// Removes the entry for exactly this copy; returns whether it was indexed.
     pub fn flash_remove_place(&mut self, loc: FlashLoc) -> bool {
-        match self.flash.find_entry(FlashLoc::table_hash(loc.tag()), |l| {
-            l.place() == loc.place()
-        }) {
-            Ok(e) => {
-                let (old, _) = e.remove();
+        match self.flash.remove(loc) {
+            Some(old) => {
                 self.flash_released(old);
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 
@@ -514,7 +505,7 @@ impl Shard {
     /// Drops every item.
     pub fn clear(&mut self) {
         if let Some(tier) = &self.tier {
-            for &loc in self.flash.iter() {
+            for loc in self.flash.iter() {
                 tier.release(loc);
             }
         }
@@ -598,7 +589,7 @@ impl Shard {
         s.evicted_to_flash += c.evicted_to_flash;
         s.flash_tag_drops += c.flash_tag_drops;
         s.flash_promotions += c.flash_promotions;
-        s.flash_index_bytes += (self.flash.capacity() * INDEX_SLOT_BYTES) as u64;
+        s.flash_index_bytes += self.flash.allocation_bytes() as u64;
         s.memory_used_bytes += self.memory_used() as u64;
         s.segments += self.fifo.len() as u64;
         if let Some(&oldest) = self.fifo.front() {
