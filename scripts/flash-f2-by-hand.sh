@@ -3,13 +3,16 @@
 # of 100 B, then uniform gets at 2 x CLIENTS; prints gets/s, server CPU, vmstat and stats. Needs
 # release builds at BIN and B. Run it in a hold of the bench lock.
 # Also prints, for each get phase, the device's reads/s, mean read latency and mean reads in
-# flight (from /sys/block/DEV/stat: Little's law over the phase), and with FIO_QDS="1 16 50"
-# fio's 4 KiB random reads of the same flash file at those depths afterwards (io_uring,
-# O_DIRECT, SECS each, over the file's first FIO_SIZE (default 200m: written by then; an
-# unwritten extent reads as zeros without touching the device), to compare cairn's get rate
-# with the device's at the depth cairn kept.
-PORT=21941; D=/tmp/f2d; DEV=${DEV:-$(lsblk -no PKNAME "$(findmnt -no SOURCE -T /tmp)" | head -1)}
-DEV=${DEV:-$(basename "$(findmnt -no SOURCE -T /tmp)")}; BIN=${BIN:-target/release/cairn}; B=${B:-target/release/cairn-bench}
+# flight, from the block layer (/sys/class/block/DEV/stat, Little's law over the phase; the
+# whole disk, so other I/O counts too; left out where /tmp has no block device). With
+# FIO_QDS="1 16 50" it then runs fio's 4 KiB random reads (io_uring, O_DIRECT, SECS each) of
+# the same flash file at those depths, with the same block-layer figures, over the file's
+# first FIO_SIZE (default 200m, written by then: an unwritten extent reads as zeros without
+# touching the device). Needs fio, python3, findmnt and lsblk (util-linux).
+PORT=21941; D=/tmp/f2d; BIN=${BIN:-target/release/cairn}; B=${B:-target/release/cairn-bench}
+SRC=$(findmnt -no SOURCE -T /tmp)
+DEV=${DEV:-$(lsblk -no KNAME "$SRC" 2>/dev/null | head -1)}
+[ -r "/sys/class/block/$DEV/stat" ] || DEV=
 rm -rf $D; mkdir -p $D
 env ${ENVS:-X=1} $BIN -p $PORT -t 2 --grpc-listen off --persistence off -m 48 --flash-path $D/cairn.flash --flash-size 548m --data-dir $D > $D/log 2>&1 &
 PID=$!
@@ -25,23 +28,32 @@ PY
 }
 $B -s 127.0.0.1 -p $PORT -t 2 -c 25 -d 100 --key-pattern P:P --ratio 1:0 --key-minimum 1 --key-maximum 2000000 -n 40000 --quiet > /dev/null 2>&1
 stats
-# reads completed, ms spent reading (summed over reads in flight), and the time now in ms
-devstat() { echo "$(awk '{print $1, $4}' /sys/block/$DEV/stat) $(date +%s%3N)"; }
+# The block layer's reads completed, ms spent reading (summed over the reads in flight), and
+# the time in ms; `devline BEFORE AFTER` prints the figures over that span.
+devstat() { [ -n "$DEV" ] && echo "$(awk '{print $1, $4}' /sys/class/block/$DEV/stat) $(date +%s%3N)"; }
+devline() {
+  [ -n "$DEV" ] && echo "$1 $2" | awk -v dev=$DEV '{r=$4-$1; t=$5-$2; ms=$6-$3; if (ms > 0)
+    printf "  device %s: %.0f reads/s, mean read latency %.0f us, mean reads in flight %.1f\n",
+      dev, r*1000/ms, (r ? t*1000/r : 0), t/ms}'
+}
 for C in ${CLIENTS:-25}; do
   T0=$(awk '{print $14+$15}' /proc/$PID/stat); S0=$(devstat)
   vmstat 2 4 > /tmp/f2vm.txt &
   $B -s 127.0.0.1 -p $PORT -t 2 -c $C -d 100 --key-pattern R:R --ratio 0:1 --key-minimum 1 --key-maximum 2000000 --distinct-client-seed --seed ${SEED:-$C} --test-time ${SECS:-8} 2>&1 | grep -E "^Gets" | awk -v c=$C '{print "clients 2x" c ": gets/s", $2, "hits/s", $3, "misses/s", $4, "avg ms", $6, "p50", $7, "p99", $9}'
   T1=$(awk '{print $14+$15}' /proc/$PID/stat); S1=$(devstat)
   echo "  server CPU: $(( T1-T0 )) ticks of 1/100 s"; tail -3 /tmp/f2vm.txt
-  echo "$S0 $S1" | awk -v dev=$DEV '{r=$4-$1; t=$5-$2; ms=$6-$3; printf "  device %s: %.0f reads/s, mean read latency %.0f us, mean reads in flight %.1f\n", dev, r*1000/ms, (r ? t*1000/r : 0), t/ms}'
+  devline "$S0" "$S1"
   stats
 done
 kill $PID; wait $PID 2>/dev/null
 for QD in ${FIO_QDS:-}; do
+  S0=$(devstat)
   fio --name=randread --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=$QD \
     --size=${FIO_SIZE:-200m} --runtime=${SECS:-8} --time_based --lat_percentiles=1 \
     --output-format=json --filename=$D/cairn.flash | python3 -c "
 import json, sys
 r = json.load(sys.stdin)['jobs'][0]['read']
-print('fio QD $QD: %.0f IOPS, total latency p50 %.0f us' % (r['iops'], r['lat_ns']['percentile']['50.000000'] / 1000))"
+print('fio QD $QD: %.0f IOPS, total latency p50 %.0f us, mean %.0f us' % (r['iops'],
+      r['lat_ns']['percentile']['50.000000'] / 1000, r['lat_ns']['mean'] / 1000))"
+  devline "$S0" "$(devstat)"
 done

@@ -146,7 +146,7 @@ pub fn readings(ctx: &Ctx, r: &mut Readings) {
     );
     r.gauge(
         "flash_index_bytes",
-        "RAM held by the index entries of flash items.",
+        "RAM held by the flash index (its entries and free slots).",
         s.flash_index_bytes,
     );
     let read = |a: &AtomicU64| a.load(Relaxed) as f64;

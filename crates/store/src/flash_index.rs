@@ -1,7 +1,8 @@
 //! The flash index of one shard: every flash-resident item's 8-byte [`FlashLoc`], in an
 //! ordered linear-probing table (Amble and Knuth's "ordered hash table") that grows by half
-//! its size, so that it costs 9-14 bytes an item at every item count it grows through (it
-//! never shrinks: after many removals an entry costs more).
+//! its size, so that it costs 9.3-13.9 bytes an item (with its overflow area) at every item
+//! count it grows through past a few thousand (the first table is 81 slots; it never shrinks:
+//! after many removals an entry costs more).
 //!
 //! ```text
 //!   slot:   0    1    2    3    4    5    6    7  ...  n-1 | overflow
@@ -43,6 +44,7 @@ pub struct FlashIndex {
     slots: Box<[u64]>,
     /// Slots a tag's home can be (n above); the rest of `slots` only takes displaced entries.
     home_slots: usize,
+    /// Entries in the table.
     len: usize,
     /// Slots inserts walked past or moved (tests check that recovery's order keeps it low).
     #[cfg(test)]
@@ -440,8 +442,9 @@ mod tests {
                 last = t.allocation_bytes();
             }
         }
-        // 64 slots, then x1.5 up to 100,000 / (7/8): 19 sizes.
-        assert!(sizes <= 20, "{sizes} table sizes");
+        // 64 home slots, then x1.5 up to 100,000 / (7/8): 20 sizes (a few more if an overflow
+        // area ran out); growing to the exact need made a size for nearly every batch.
+        assert!(sizes <= 24, "{sizes} table sizes");
         check(&t);
     }
 
