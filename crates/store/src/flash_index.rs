@@ -22,8 +22,8 @@
 //! - a lookup scans from the home while tags are smaller, takes the equal ones, and stops at
 //!   a larger tag or an empty slot, without hashing anything (a miss reads about as many
 //!   slots as a hit: (1 + 1/(1 - load)) / 2, 4.5 at 7/8 full);
-//! - growing, shrinking and dropping entries are one pass that places the entries in order,
-//!   each at max(its home, the previous entry's slot + 1).
+//! - growing (`resize`) and dropping entries (`retain`) are one pass that places the entries
+//!   in order, each at max(its home, the previous entry's slot + 1).
 
 use crate::flash::{FlashLoc, TAG_BITS};
 
