@@ -3,16 +3,11 @@
 # of 100 B, then uniform gets at 2 x CLIENTS; prints gets/s, server CPU, vmstat and stats. Needs
 # release builds at BIN and B. Run it in a hold of the bench lock.
 # Also prints, for each get phase, the device's reads/s, mean read latency and mean reads in
-# flight, from the block layer (/sys/class/block/DEV/stat, Little's law over the phase; the
-# whole disk, so other I/O counts too; left out where /tmp has no block device). With
-# FIO_QDS="1 16 50" it then runs fio's 4 KiB random reads (io_uring, O_DIRECT, SECS each) of
-# the same flash file at those depths, with the same block-layer figures, over the file's
-# first FIO_SIZE (default 200m, written by then: an unwritten extent reads as zeros without
-# touching the device). Needs fio, python3, findmnt and lsblk (util-linux).
+# flight, from the block layer (scripts/blockstat.sh), and with FIO_QDS="1 16 50" then runs
+# fio's 4 KiB random reads of the same flash file at those depths (SECS each, over its first
+# FIO_SIZE, default 200m: written by then) with the same figures.
+. "$(dirname "$0")/blockstat.sh"
 PORT=21941; D=/tmp/f2d; BIN=${BIN:-target/release/cairn}; B=${B:-target/release/cairn-bench}
-SRC=$(findmnt -no SOURCE -T /tmp)
-DEV=${DEV:-$(lsblk -no KNAME "$SRC" 2>/dev/null | head -1)}
-[ -r "/sys/class/block/$DEV/stat" ] || DEV=
 rm -rf $D; mkdir -p $D
 env ${ENVS:-X=1} $BIN -p $PORT -t 2 --grpc-listen off --persistence off -m 48 --flash-path $D/cairn.flash --flash-size 548m --data-dir $D > $D/log 2>&1 &
 PID=$!
@@ -28,14 +23,6 @@ PY
 }
 $B -s 127.0.0.1 -p $PORT -t 2 -c 25 -d 100 --key-pattern P:P --ratio 1:0 --key-minimum 1 --key-maximum 2000000 -n 40000 --quiet > /dev/null 2>&1
 stats
-# The block layer's reads completed, ms spent reading (summed over the reads in flight), and
-# the time in ms; `devline BEFORE AFTER` prints the figures over that span.
-devstat() { [ -n "$DEV" ] && echo "$(awk '{print $1, $4}' /sys/class/block/$DEV/stat) $(date +%s%3N)"; }
-devline() {
-  [ -n "$DEV" ] && echo "$1 $2" | awk -v dev=$DEV '{r=$4-$1; t=$5-$2; ms=$6-$3; if (ms > 0)
-    printf "  device %s: %.0f reads/s, mean read latency %.0f us, mean reads in flight %.1f\n",
-      dev, r*1000/ms, (r ? t*1000/r : 0), t/ms}'
-}
 for C in ${CLIENTS:-25}; do
   T0=$(awk '{print $14+$15}' /proc/$PID/stat); S0=$(devstat)
   vmstat 2 4 > /tmp/f2vm.txt &
@@ -47,13 +34,5 @@ for C in ${CLIENTS:-25}; do
 done
 kill $PID; wait $PID 2>/dev/null
 for QD in ${FIO_QDS:-}; do
-  S0=$(devstat)
-  fio --name=randread --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=$QD \
-    --size=${FIO_SIZE:-200m} --runtime=${SECS:-8} --time_based --lat_percentiles=1 \
-    --output-format=json --filename=$D/cairn.flash | python3 -c "
-import json, sys
-r = json.load(sys.stdin)['jobs'][0]['read']
-print('fio QD $QD: %.0f IOPS, total latency p50 %.0f us, mean %.0f us' % (r['iops'],
-      r['lat_ns']['percentile']['50.000000'] / 1000, r['lat_ns']['mean'] / 1000))"
-  devline "$S0" "$(devstat)"
+  fio_randread $D/cairn.flash ${FIO_SIZE:-200m} ${SECS:-8} --iodepth=$QD
 done

@@ -5,13 +5,9 @@
 # loopback load without its device reads), and as 2 jobs x QD 12 (two submitting threads), two
 # rounds, with the block layer's reads/s, mean latency and reads in flight each time. Needs the
 # release builds at BIN (cairn, cairn-bench) and fio; run it in a hold of the bench lock.
+. "$(dirname "$0")/blockstat.sh"
 BIN=${BIN:-target/release}; F=/tmp/f2d/cairn.flash; PORT=21981
-DEV=${DEV:-$(lsblk -no KNAME "$(findmnt -no SOURCE -T /tmp)" 2>/dev/null | head -1)}
-devstat() { echo "$(awk '{print $1, $4}' /sys/class/block/$DEV/stat) $(date +%s%3N)"; }
-devline() { echo "$1 $2" | awk '{r=$4-$1; t=$5-$2; ms=$6-$3; printf "  block layer: %.0f reads/s, mean %.0f us, in flight %.1f\n", r*1000/ms, t*1000/r, t/ms}'; }
-fioqd() { S0=$(devstat); fio --name=r --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=${1:-24} ${2:-} --size=200m --runtime=8 --time_based --output-format=json --filename=$F | python3 -c "
-import json,sys
-j=json.load(sys.stdin)['jobs']; print('  fio: %.0f IOPS' % sum(x['read']['iops'] for x in j))"; devline "$S0" "$(devstat)"; }
+fioqd() { fio_randread $F 200m 8 --iodepth=${1:-24} ${2:-}; }
 $BIN/cairn -p $PORT -t 2 --grpc-listen off --persistence off -m 1024 > /tmp/ramonly.out 2>&1 &
 P=$!
 for i in $(seq 100); do grep -q "cairn listening" /tmp/ramonly.out && break; sleep 0.05; done

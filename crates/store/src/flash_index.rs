@@ -74,24 +74,29 @@ impl FlashIndex {
         home_of(tag, self.home_slots)
     }
 
+    /// The entries whose tag is `tag`, with their slots: the walk from the tag's home over
+    /// smaller tags, up to a larger tag or an empty slot.
+    fn tagged(&self, tag: u32) -> impl Iterator<Item = (usize, FlashLoc)> + '_ {
+        let start = self.home(tag);
+        self.slots[start..]
+            .iter()
+            .map(|&s| FlashLoc(s))
+            .take_while(move |l| l.0 != EMPTY && l.tag() <= tag)
+            .enumerate()
+            .filter(move |(_, l)| l.tag() == tag)
+            .map(move |(i, l)| (start + i, l))
+    }
+
     /// The entries whose tag is `tag`, in no particular order.
     pub fn with_tag(&self, tag: u32) -> impl Iterator<Item = FlashLoc> + '_ {
-        self.slots[self.home(tag)..]
-            .iter()
-            .take_while(move |&&s| s != EMPTY && FlashLoc(s).tag() <= tag)
-            .filter(move |&&s| FlashLoc(s).tag() == tag)
-            .map(|&s| FlashLoc(s))
+        self.tagged(tag).map(|(_, l)| l)
     }
 
     /// The slot of the entry at `loc`'s place (its fetched bit ignored).
     fn position(&self, loc: FlashLoc) -> Option<usize> {
-        let tag = loc.tag();
-        let start = self.home(tag);
-        self.slots[start..]
-            .iter()
-            .take_while(|&&s| s != EMPTY && FlashLoc(s).tag() <= tag)
-            .position(|&s| FlashLoc(s).place() == loc.place())
-            .map(|i| start + i)
+        self.tagged(loc.tag())
+            .find(|(_, l)| l.place() == loc.place())
+            .map(|(i, _)| i)
     }
 
     /// The entry at `loc`'s place (its fetched bit ignored).
