@@ -516,7 +516,8 @@ thread_local! {
 ///
 /// The reactor wakes only the task that last registered on the eventfd (`watcher`); when that
 /// task leaves while other reads are in flight, it wakes one of them to register in its place
-/// (else their completions would wait for the next read on this thread).
+/// (else their completions would wait for the next read on this thread); so does any waiter
+/// that leaves while nobody is registered.
 struct LocalRing {
     state: Mutex<LocalState>,
     /// Signalled by the kernel on each completion (`IORING_REGISTER_EVENTFD`).
@@ -592,10 +593,14 @@ impl LocalState {
         }
     }
 
-    /// The waiter of slot `id` leaves: if it was the watcher, another waiter still in flight
-    /// is woken to register on the eventfd in its place.
+    /// The waiter of slot `id` leaves: if it was the watcher, or nobody watches, another
+    /// waiter still in flight is woken to register on the eventfd in its place.
+    ///
+    /// "Nobody watches" happens when the waiter handed the watch leaves before registering
+    /// (its own read completed first): it must hand on in turn, else the rest sleep through
+    /// every later signal.
     fn leave(&mut self, id: usize) {
-        if self.watcher != Some(id) {
+        if self.watcher.is_some_and(|w| w != id) {
             return;
         }
         self.watcher = None;
@@ -934,6 +939,55 @@ mod tests {
                 a.expect("the first read's waiter was never woken").unwrap(),
                 1
             );
+        });
+    }
+
+    /// The watcher leaves and hands the eventfd to a waiter, whose read then completes before
+    /// it runs: it leaves too, having never registered. The next waiter must still be woken
+    /// by its read's completion. Before, a waiter leaving while nobody watched handed on to
+    /// no one, and the rest slept for good (the flash test that reads in waves hung so, one
+    /// run in about fifteen).
+    #[test]
+    fn a_waiter_is_woken_after_the_one_handed_the_watch_left_without_watching() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ring = LocalRing::current().expect("a current-thread runtime has its own ring");
+            let ((a_rd, a_wr), (b_rd, b_wr), (z_rd, z_wr)) = (pipe(), pipe(), pipe());
+            let mut ids = Vec::new();
+            for rd in [&a_rd, &b_rd, &z_rd] {
+                let buf = AlignedBuf::new(crate::format::BLOCK);
+                ids.push(ring.submit(rd.as_raw_fd(), 0, buf).ok().unwrap());
+            }
+            let (ida, idb, idz) = (ids[0], ids[1], ids[2]);
+            let mut waiters = Vec::new();
+            for id in [ida, idb] {
+                let r = Arc::clone(&ring);
+                waiters.push(tokio::spawn(async move { r.wait(id).await.1 }));
+                while ring.state.lock().watcher != Some(id) {
+                    tokio::task::yield_now().await;
+                }
+            }
+            // The watcher, z, leaves first: it hands the watch to a (the first waiter in
+            // slot order), then completes a's read before a runs.
+            let r = Arc::clone(&ring);
+            let z = tokio::spawn(async move {
+                let n = r.wait(idz).await.1;
+                write_byte(&a_wr);
+                n
+            });
+            while ring.state.lock().watcher != Some(idz) {
+                tokio::task::yield_now().await;
+            }
+            write_byte(&z_wr);
+            assert_eq!(z.await.unwrap(), 1);
+            let b = waiters.pop().unwrap();
+            assert_eq!(waiters.pop().unwrap().await.unwrap(), 1);
+            write_byte(&b_wr);
+            let b = tokio::time::timeout(std::time::Duration::from_secs(20), b).await;
+            assert_eq!(b.expect("b's waiter was never woken").unwrap(), 1);
         });
     }
 }
