@@ -518,6 +518,10 @@ thread_local! {
 /// task leaves while other reads are in flight, it wakes one of them to register in its place
 /// (else their completions would wait for the next read on this thread); so does any waiter
 /// that leaves while nobody is registered.
+///
+/// The ring is the thread's (SINGLE_ISSUER): only that thread can run its completions. So a
+/// current-thread runtime must be driven by one thread for life, as the server's workers
+/// are; a read awaited when `block_on` moved the runtime to another thread would never end.
 struct LocalRing {
     state: Mutex<LocalState>,
     /// Signalled by the kernel on each completion (`IORING_REGISTER_EVENTFD`).
@@ -753,12 +757,14 @@ impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         let Some(id) = self.id else { return };
         let mut st = self.ring.state.lock();
-        st.leave(id);
         match std::mem::replace(&mut st.slots[id], Slot::Free) {
             Slot::InFlight(buf, _) => st.slots[id] = Slot::Abandoned(buf),
             Slot::Done(..) => st.free.push(id),
             other => st.slots[id] = other,
         }
+        // After the slot stopped waiting: else the watch could be handed to this waiter,
+        // which is going away.
+        st.leave(id);
     }
 }
 
@@ -988,6 +994,46 @@ mod tests {
             write_byte(&b_wr);
             let b = tokio::time::timeout(std::time::Duration::from_secs(20), b).await;
             assert_eq!(b.expect("b's waiter was never woken").unwrap(), 1);
+        });
+    }
+
+    /// The watcher's read is given up (its future dropped) while another waiter, in a later
+    /// slot, sleeps: the watch goes to that waiter, whose read's completion must wake it.
+    /// Before, the dropped waiter's own slot, still waiting, was first in slot order, so the
+    /// watch went to the task that was dropping it.
+    #[test]
+    fn a_waiter_is_woken_after_the_watching_read_was_given_up() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ring = LocalRing::current().expect("a current-thread runtime has its own ring");
+            let ((x_rd, x_wr), (y_rd, y_wr)) = (pipe(), pipe());
+            let mut ids = Vec::new();
+            for rd in [&x_rd, &y_rd] {
+                let buf = AlignedBuf::new(crate::format::BLOCK);
+                ids.push(ring.submit(rd.as_raw_fd(), 0, buf).ok().unwrap());
+            }
+            let (idx, idy) = (ids[0], ids[1]);
+            assert!(idx < idy, "x's slot comes first");
+            let r = Arc::clone(&ring);
+            let y = tokio::spawn(async move { r.wait(idy).await.1 });
+            while ring.state.lock().watcher != Some(idy) {
+                tokio::task::yield_now().await;
+            }
+            // x's waiter polled once (it takes the watch), then given up.
+            let mut x = Box::pin(ring.wait(idx));
+            let pending =
+                std::future::poll_fn(|cx| Poll::Ready(x.as_mut().poll(cx).is_pending())).await;
+            assert!(pending);
+            assert_eq!(ring.state.lock().watcher, Some(idx));
+            drop(x);
+            write_byte(&y_wr);
+            let y = tokio::time::timeout(std::time::Duration::from_secs(20), y).await;
+            // x's read completes too, so the ring's drop need not wait on it.
+            write_byte(&x_wr);
+            assert_eq!(y.expect("y's waiter was never woken").unwrap(), 1);
         });
     }
 }
