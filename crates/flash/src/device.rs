@@ -220,12 +220,13 @@ impl Device for FileDevice {
     }
 }
 
-/// Test-only fault injection: fails reads or writes that touch chosen byte ranges with EIO.
-/// Reads go through [`Device::read_at`] (no io_uring fd), so the faults apply to them.
+/// Test-only fault injection: fails reads or writes that touch chosen byte ranges, with EIO
+/// or a chosen error. Reads go through [`Device::read_at`] (no io_uring fd), so the faults
+/// apply to them.
 pub struct FaultyDevice {
     inner: Box<dyn Device>,
-    failing_reads: Mutex<Vec<Range<u64>>>,
-    failing_writes: Mutex<Vec<Range<u64>>>,
+    failing_reads: Mutex<Vec<(Range<u64>, i32)>>,
+    failing_writes: Mutex<Vec<(Range<u64>, i32)>>,
     /// Reads that failed because of an injected fault.
     pub injected: AtomicU64,
 }
@@ -242,23 +243,38 @@ impl FaultyDevice {
 
     /// Reads overlapping `range` fail with EIO from now on.
     pub fn fail_reads(&self, range: Range<u64>) {
-        self.failing_reads.lock().push(range);
+        self.fail_reads_with(range, libc::EIO);
+    }
+
+    /// Reads overlapping `range` fail with the OS error `errno` from now on.
+    pub fn fail_reads_with(&self, range: Range<u64>, errno: i32) {
+        self.failing_reads.lock().push((range, errno));
+    }
+
+    /// Reads no longer fail.
+    pub fn heal_reads(&self) {
+        self.failing_reads.lock().clear();
     }
 
     /// Writes overlapping `range` fail with EIO from now on.
     pub fn fail_writes(&self, range: Range<u64>) {
-        self.failing_writes.lock().push(range);
+        self.failing_writes.lock().push((range, libc::EIO));
     }
 
-    fn hit(&self, ranges: &Mutex<Vec<Range<u64>>>, offset: u64, len: usize) -> io::Result<()> {
+    fn hit(
+        &self,
+        ranges: &Mutex<Vec<(Range<u64>, i32)>>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
         let end = offset + len as u64;
-        if ranges
-            .lock()
+        let failing = ranges.lock();
+        if let Some((_, errno)) = failing
             .iter()
-            .any(|r| r.start < end && offset < r.end)
+            .find(|(r, _)| r.start < end && offset < r.end)
         {
             self.injected.fetch_add(1, Ordering::Relaxed);
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            return Err(io::Error::from_raw_os_error(*errno));
         }
         Ok(())
     }

@@ -213,6 +213,7 @@ counters! {
     flash_pinned_stalls: "Times flash eviction waited because a checkpoint still named every old segment.",
     flash_promotions_allowed: "Promotions to RAM the bound allowed.",
     flash_verify_reads: "Device reads under a shard lock to tell whose item a flash entry holds (a store or delete of a key sharing its hash tag, not read before).",
+    flash_reads_not_done: "Flash reads that could not be done (reader stopped, ring busy, out of memory): a get answers a miss, a command that changes the item an error; the item stays.",
 }
 
 /// The tier.
@@ -310,6 +311,9 @@ pub enum Fetch {
     Damaged,
     /// The device failed the read: a miss; the segment is being dropped.
     Failed,
+    /// The read was not done ([`reader::is_device_error`] is false): nothing is known of the
+    /// item, and nothing changes.
+    NotRead(io::Error),
 }
 
 impl Flash {
@@ -648,9 +652,13 @@ impl Flash {
                 let own = &self.counters.flash_reads_own_ring;
                 match self.reader.read(offset, len, own).await {
                     Ok(buf) => self.decode(&buf, loc, key),
-                    Err(e) => {
+                    Err(e) if reader::is_device_error(&e) => {
                         self.read_failed(seg, &e);
                         Fetch::Failed
+                    }
+                    Err(e) => {
+                        self.counters.flash_reads_not_done.fetch_add(1, Relaxed);
+                        Fetch::NotRead(e)
                     }
                 }
             }
@@ -660,7 +668,7 @@ impl Flash {
             Fetch::Item(_) => c.get_extstore.fetch_add(1, Relaxed),
             Fetch::Absent => c.miss_from_extstore.fetch_add(1, Relaxed),
             Fetch::Damaged => c.badcrc_from_extstore.fetch_add(1, Relaxed),
-            Fetch::Failed => 0,
+            Fetch::Failed | Fetch::NotRead(_) => 0,
         };
         found
     }
@@ -668,8 +676,9 @@ impl Flash {
     /// A read of `key` through RAM and flash, as `get` answers it: looks the key up, reads
     /// each flash location that may hold it (usually one read), and confirms under the shard
     /// lock that the copy read is still the key's current one (else looks up again). A damaged
-    /// or unreadable copy is forgotten: a miss, never wrong bytes. `promotion` says whether a
-    /// hit found on flash moves back to RAM.
+    /// or unreadable copy is forgotten: a miss, never wrong bytes. A read that could not be
+    /// done is a miss this once, and the copy stays. `promotion` says whether a hit found on
+    /// flash moves back to RAM.
     pub async fn get(
         &self,
         store: &Store,
@@ -679,6 +688,7 @@ impl Flash {
     ) -> ReadOutcome {
         self.get_noting_others(store, key, now, promotion, &mut Vec::new())
             .await
+            .unwrap_or(ReadOutcome::Miss)
     }
 
     /// Brings `key`'s item back to RAM if it is on flash, so that a command that reads and
@@ -687,18 +697,23 @@ impl Flash {
     /// other keys are spared by the command that follows (else a store of the key would
     /// remove them, unable to tell them from the key's own copy in RAM). Every front end
     /// calls it before such a command.
-    pub async fn bring_to_ram(&self, store: &Store, key: &[u8], now: u32) {
+    ///
+    /// An error: a read that could not be done (see [`Fetch::NotRead`]); the item may still
+    /// be on flash, so the command must not run (it would take the key for absent).
+    pub async fn bring_to_ram(&self, store: &Store, key: &[u8], now: u32) -> io::Result<()> {
         if store.flash_candidates(key).is_empty() {
-            return;
+            return Ok(());
         }
         let mut others = Vec::new();
         self.get_noting_others(store, key, now, Promotion::Always, &mut others)
-            .await;
+            .await?;
         store.spare_flash(key, &others);
+        Ok(())
     }
 
     /// [`Flash::get`], also noting in `others` the locations read that held other keys
     /// (a shared hash tag) in sealed segments, with their seq, for [`Store::spare_flash`].
+    /// An error: a read that could not be done, which changed nothing.
     pub async fn get_noting_others(
         &self,
         store: &Store,
@@ -706,11 +721,11 @@ impl Flash {
         now: u32,
         promotion: Promotion,
         others: &mut Vec<(FlashLoc, u64)>,
-    ) -> ReadOutcome {
+    ) -> io::Result<ReadOutcome> {
         'lookup: for _ in 0..LOOKUP_TRIES {
             others.clear();
             let locs = match store.lookup(key, now) {
-                Lookup::Done(outcome) => return outcome,
+                Lookup::Done(outcome) => return Ok(outcome),
                 Lookup::Flash(locs) => locs,
             };
             for loc in locs {
@@ -731,6 +746,7 @@ impl Flash {
                         store.flash_forget(key, loc);
                         continue;
                     }
+                    Fetch::NotRead(e) => return Err(e),
                 };
                 item.meta.last_access = now;
                 let promote = match promotion {
@@ -740,15 +756,15 @@ impl Flash {
                 match store.flash_found(key, loc, &item, now, promote) {
                     FlashFound::Served | FlashFound::Promoted => {
                         item.meta.fetched = true;
-                        return ReadOutcome::Hit(item);
+                        return Ok(ReadOutcome::Hit(item));
                     }
-                    FlashFound::Expired => return ReadOutcome::Expired,
+                    FlashFound::Expired => return Ok(ReadOutcome::Expired),
                     FlashFound::NotCurrent => continue 'lookup,
                 }
             }
-            return ReadOutcome::Miss;
+            return Ok(ReadOutcome::Miss);
         }
-        ReadOutcome::Miss
+        Ok(ReadOutcome::Miss)
     }
 
     /// The blocks of `loc` while its segment is still in a buffer (open, or waiting for its

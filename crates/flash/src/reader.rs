@@ -265,6 +265,25 @@ fn completed(buf: AlignedBuf, result: i32) -> io::Result<AlignedBuf> {
     }
 }
 
+/// Whether a read's error is the device's verdict on its blocks (EIO and the like, or a
+/// short read), for which the segment is dropped. The others say the read was not done: the
+/// reader stopped, a ring was full or busy, the read was cancelled or interrupted, memory ran
+/// out. Those leave the data as it was, and the caller answers for this once only.
+pub fn is_device_error(e: &io::Error) -> bool {
+    match e.raw_os_error() {
+        Some(code) => !matches!(
+            code,
+            libc::ECANCELED
+                | libc::EINTR
+                | libc::EAGAIN
+                | libc::EBUSY
+                | libc::ENOMEM
+                | libc::EEXIST
+        ),
+        None => e.kind() == io::ErrorKind::UnexpectedEof,
+    }
+}
+
 fn short_read(result: i32, len: usize) -> io::Error {
     io::Error::new(
         io::ErrorKind::UnexpectedEof,
@@ -905,6 +924,31 @@ mod tests {
         );
         write_byte(&wr);
         write_byte(&wr);
+    }
+
+    /// Device errors drop a segment; errors that say the read was not done do not.
+    #[test]
+    fn only_the_devices_own_errors_count_against_a_segment() {
+        for code in [libc::EIO, libc::ENODATA, libc::EBADMSG, libc::ENXIO] {
+            assert!(
+                is_device_error(&io::Error::from_raw_os_error(code)),
+                "{code}"
+            );
+        }
+        assert!(is_device_error(&short_read(512, 4096)));
+        for code in [
+            libc::ECANCELED,
+            libc::EINTR,
+            libc::EAGAIN,
+            libc::EBUSY,
+            libc::ENOMEM,
+        ] {
+            assert!(
+                !is_device_error(&io::Error::from_raw_os_error(code)),
+                "{code}"
+            );
+        }
+        assert!(!is_device_error(&io::Error::other("flash reader stopped")));
     }
 
     /// Two reads in flight on one thread's ring, the second waiter registered last on the

@@ -460,6 +460,61 @@ fn an_io_error_drops_the_segment_and_serving_goes_on() {
     r.flash.stop();
 }
 
+/// A read that could not be done (here EBUSY, as a busy ring gives) is a miss this once and
+/// changes nothing: the segment stays, the item stays indexed, a command that would change
+/// the item is refused, and once reads are done again every value is served. Before, any
+/// read error dropped the whole segment and forgot the key.
+#[test]
+fn a_read_not_done_is_a_miss_that_drops_nothing() {
+    let dir = work_dir();
+    let path = dir.path().join("flash.dat");
+    let cfg = config(path.clone(), 200);
+    let real = FileDevice::open(&path, cfg.size_bytes, true).unwrap();
+    let faulty = Arc::new(FaultyDevice::new(Box::new(real)));
+    let r = rig_with(4, |_| cfg, Some(faulty.clone() as Arc<dyn Device>));
+    for i in 0..40_000 {
+        set(&r, format!("key-{i}").as_bytes(), &value_of(i));
+    }
+    eventually("two segments written", || {
+        r.flash.counters.extstore_bytes_written.load(Relaxed) >= 2 * (64 << 10)
+    });
+    faulty.fail_reads_with(BLOCK as u64..BLOCK as u64 + (64 << 10), libc::EBUSY);
+    let mut not_served = Vec::new();
+    for i in 0..40_000 {
+        match get(&r, format!("key-{i}").as_bytes()) {
+            Some(item) => assert_eq!(item.value, value_of(i), "key-{i}"),
+            None => not_served.push(i),
+        }
+    }
+    assert!(!not_served.is_empty(), "segment 0's items were read");
+    let c = &r.flash.counters;
+    assert_eq!(
+        c.flash_reads_not_done.load(Relaxed),
+        not_served.len() as u64
+    );
+    assert_eq!(
+        c.extstore_io_errors.load(Relaxed),
+        0,
+        "counted as a device error"
+    );
+    assert_eq!(
+        c.flash_segments_failed.load(Relaxed),
+        0,
+        "a segment was dropped"
+    );
+    let key = format!("key-{}", not_served[0]);
+    assert!(
+        block_on(r.flash.bring_to_ram(&r.store, key.as_bytes(), NOW)).is_err(),
+        "a command would have run on {key} as if it were absent"
+    );
+    faulty.heal_reads();
+    for i in not_served {
+        let item = get(&r, format!("key-{i}").as_bytes());
+        assert_eq!(item.map(|it| it.value), Some(value_of(i)), "key-{i} lost");
+    }
+    r.flash.stop();
+}
+
 #[test]
 fn the_pread_pool_serves_when_io_uring_is_off() {
     let r = rig_with(

@@ -215,7 +215,11 @@ impl KvService {
             p.room().await;
         }
         if let Some(flash) = &self.b.flash {
-            flash.bring_to_ram(&self.b.store, key, now_unix()).await;
+            // Not done, the item may still be on flash: the write must not run as if the key
+            // were absent. Nothing changed; the client may retry.
+            if let Err(e) = flash.bring_to_ram(&self.b.store, key, now_unix()).await {
+                return Err(Status::unavailable(format!("flash read not done: {e}")));
+            }
         }
         let (r, ticket) = cairn_persist::capture(f);
         if let Some(p) = &self.b.persist {

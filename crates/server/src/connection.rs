@@ -319,7 +319,17 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                         c.output.extend_from_slice(b"END\r\n");
                     }
                     request => {
-                        crate::flash::resolve(ctx, &request).await;
+                        if let Err(e) = crate::flash::resolve(ctx, &request).await {
+                            // The item may still be on flash: the command must not run as
+                            // if its key were absent. Nothing changed; the client may retry.
+                            c.output
+                                .extend_from_slice(b"SERVER_ERROR flash read not done: ");
+                            c.output.extend_from_slice(
+                                e.to_string().replace(['\r', '\n'], " ").as_bytes(),
+                            );
+                            c.output.extend_from_slice(b"\r\n");
+                            continue;
+                        }
                         let flow = cmd::execute(ctx, request, &mut c.output);
                         note_writes(c);
                         if flow == Flow::Close {

@@ -67,17 +67,18 @@ fn key_of<'r>(request: &'r Request<'_>) -> Option<&'r [u8]> {
 }
 
 /// Brings `request`'s key back to RAM if its item is on flash, so the command runs on it
-/// with RAM semantics.
-pub async fn resolve(ctx: &Ctx, request: &Request<'_>) {
+/// with RAM semantics. An error: the item's read could not be done (the reader stopping, a
+/// busy ring), so the command must not run; nothing changed.
+pub async fn resolve(ctx: &Ctx, request: &Request<'_>) -> std::io::Result<()> {
     let (Some(flash), Some(key)) = (&ctx.flash, key_of(request)) else {
-        return;
+        return Ok(());
     };
-    resolve_key(ctx, flash, key).await;
+    resolve_key(ctx, flash, key).await
 }
 
 /// [`resolve`] for one key ([`Flash::bring_to_ram`]).
-pub async fn resolve_key(ctx: &Ctx, flash: &Flash, key: &[u8]) {
-    flash.bring_to_ram(&ctx.store, key, ctx.now()).await;
+pub async fn resolve_key(ctx: &Ctx, flash: &Flash, key: &[u8]) -> std::io::Result<()> {
+    flash.bring_to_ram(&ctx.store, key, ctx.now()).await
 }
 
 /// The tier's figures, added to the general `stats` block (as memcached adds extstore's),

@@ -67,7 +67,15 @@ pub async fn one_async(
         return one(ctx, kind, exptime, now, key, out);
     };
     if exptime.is_some() {
-        crate::flash::resolve_key(ctx, flash, key).await;
+        if crate::flash::resolve_key(ctx, flash, key).await.is_err() {
+            // The item's read could not be done: a miss this once, its expiry unchanged (an
+            // error line would end a multi-key reply for the client).
+            let c = &ctx.counters;
+            bump(&c.cmd_get);
+            bump(&c.cmd_touch);
+            bump(&c.touch_misses);
+            return answer(ctx, kind, key, ReadOutcome::Miss, out);
+        }
         return one(ctx, kind, exptime, now, key, out);
     }
     bump(&ctx.counters.cmd_get);
