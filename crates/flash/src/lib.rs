@@ -213,7 +213,7 @@ counters! {
     flash_pinned_stalls: "Times flash eviction waited because a checkpoint still named every old segment.",
     flash_promotions_allowed: "Promotions to RAM the bound allowed.",
     flash_verify_reads: "Device reads under a shard lock to tell whose item a flash entry holds (a store or delete of a key sharing its hash tag, not read before).",
-    flash_reads_not_done: "Flash reads that could not be done (reader stopped, ring busy, out of memory): a get answers a miss, a command that changes the item an error; the item stays.",
+    flash_reads_not_done: "Flash reads that could not be done (reader stopped, ring busy, out of memory): a get answers a miss, a command that changes the item an error, and the item stays (an entry a store of another key with its tag could not check goes, as a damaged one does); no segment is dropped.",
 }
 
 /// The tier.
@@ -1419,8 +1419,14 @@ impl FlashTier for Flash {
             .read_at(u64::from(loc.block()) * BLOCK as u64, &mut buf)
         {
             Ok(()) => whose(format::find_item(&buf, loc.nblocks(), key)),
-            Err(e) => {
+            // Unknown either way: the entry goes (it may be the key's old copy), but only the
+            // device's own error drops the segment.
+            Err(e) if reader::is_device_error(&e) => {
                 self.read_failed(seg, &e);
+                KeyAt::Unknown
+            }
+            Err(_) => {
+                self.counters.flash_reads_not_done.fetch_add(1, Relaxed);
                 KeyAt::Unknown
             }
         }
