@@ -951,44 +951,58 @@ mod tests {
         assert!(!is_device_error(&io::Error::other("flash reader stopped")));
     }
 
-    /// Two reads in flight on one thread's ring, the second waiter registered last on the
-    /// eventfd: its read completes and it leaves first; the first read's completion must
-    /// still wake its waiter (reads of pipes, so the test decides when each completes).
-    #[test]
-    fn a_waiter_is_woken_after_the_watching_one_left_first() {
+    /// Runs `test` on a current-thread runtime (a server worker's kind), given the ring of
+    /// its thread.
+    fn on_own_ring<F: Future<Output = ()>>(test: impl FnOnce(Arc<LocalRing>) -> F) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
-            let ring = LocalRing::current().expect("a current-thread runtime has its own ring");
+            test(LocalRing::current().expect("a current-thread runtime has its own ring")).await
+        });
+    }
+
+    /// Submits a one-block read of each of `fds` (pipes: the test decides when each read
+    /// completes); their slots, in order.
+    fn submit_reads(ring: &LocalRing, fds: &[&OwnedFd]) -> Vec<usize> {
+        let block = || AlignedBuf::new(crate::format::BLOCK);
+        fds.iter()
+            .map(|fd| ring.submit(fd.as_raw_fd(), 0, block()).ok().unwrap())
+            .collect()
+    }
+
+    /// Spawns the waiter of slot `id` and lets it run until it watches the eventfd.
+    async fn spawn_watcher(ring: &Arc<LocalRing>, id: usize) -> tokio::task::JoinHandle<i32> {
+        let r = Arc::clone(ring);
+        let waiter = tokio::spawn(async move { r.wait(id).await.1 });
+        while ring.state.lock().watcher != Some(id) {
+            tokio::task::yield_now().await;
+        }
+        waiter
+    }
+
+    /// `waiter`'s read result, failing if it is not woken within a generous bound.
+    async fn woken(waiter: tokio::task::JoinHandle<i32>, what: &str) -> i32 {
+        let done = tokio::time::timeout(std::time::Duration::from_secs(20), waiter).await;
+        done.unwrap_or_else(|_| panic!("{what} was never woken"))
+            .unwrap()
+    }
+
+    /// Two reads in flight on one thread's ring, the second waiter registered last on the
+    /// eventfd: its read completes and it leaves first; the first read's completion must
+    /// still wake its waiter (reads of pipes, so the test decides when each completes).
+    #[test]
+    fn a_waiter_is_woken_after_the_watching_one_left_first() {
+        on_own_ring(|ring| async move {
             let ((a_rd, a_wr), (b_rd, b_wr)) = (pipe(), pipe());
-            let ida = ring
-                .submit(a_rd.as_raw_fd(), 0, AlignedBuf::new(crate::format::BLOCK))
-                .ok()
-                .unwrap();
-            let idb = ring
-                .submit(b_rd.as_raw_fd(), 0, AlignedBuf::new(crate::format::BLOCK))
-                .ok()
-                .unwrap();
-            let r = Arc::clone(&ring);
-            let a = tokio::spawn(async move { r.wait(ida).await.1 });
-            while ring.state.lock().watcher != Some(ida) {
-                tokio::task::yield_now().await;
-            }
-            let r = Arc::clone(&ring);
-            let b = tokio::spawn(async move { r.wait(idb).await.1 });
-            while ring.state.lock().watcher != Some(idb) {
-                tokio::task::yield_now().await;
-            }
+            let ids = submit_reads(&ring, &[&a_rd, &b_rd]);
+            let a = spawn_watcher(&ring, ids[0]).await;
+            let b = spawn_watcher(&ring, ids[1]).await;
             write_byte(&b_wr);
             assert_eq!(b.await.unwrap(), 1);
             write_byte(&a_wr);
-            let a = tokio::time::timeout(std::time::Duration::from_secs(20), a).await;
-            assert_eq!(
-                a.expect("the first read's waiter was never woken").unwrap(),
-                1
-            );
+            assert_eq!(woken(a, "the first read's waiter").await, 1);
         });
     }
 
@@ -999,30 +1013,15 @@ mod tests {
     /// run in about fifteen).
     #[test]
     fn a_waiter_is_woken_after_the_one_handed_the_watch_left_without_watching() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let ring = LocalRing::current().expect("a current-thread runtime has its own ring");
+        on_own_ring(|ring| async move {
             let ((a_rd, a_wr), (b_rd, b_wr), (z_rd, z_wr)) = (pipe(), pipe(), pipe());
-            let mut ids = Vec::new();
-            for rd in [&a_rd, &b_rd, &z_rd] {
-                let buf = AlignedBuf::new(crate::format::BLOCK);
-                ids.push(ring.submit(rd.as_raw_fd(), 0, buf).ok().unwrap());
-            }
-            let (ida, idb, idz) = (ids[0], ids[1], ids[2]);
-            let mut waiters = Vec::new();
-            for id in [ida, idb] {
-                let r = Arc::clone(&ring);
-                waiters.push(tokio::spawn(async move { r.wait(id).await.1 }));
-                while ring.state.lock().watcher != Some(id) {
-                    tokio::task::yield_now().await;
-                }
-            }
+            let ids = submit_reads(&ring, &[&a_rd, &b_rd, &z_rd]);
+            let a = spawn_watcher(&ring, ids[0]).await;
+            let b = spawn_watcher(&ring, ids[1]).await;
             // The watcher, z, leaves first: it hands the watch to a (the first waiter in
             // slot order), then completes a's read before a runs.
             let r = Arc::clone(&ring);
+            let idz = ids[2];
             let z = tokio::spawn(async move {
                 let n = r.wait(idz).await.1;
                 write_byte(&a_wr);
@@ -1033,11 +1032,9 @@ mod tests {
             }
             write_byte(&z_wr);
             assert_eq!(z.await.unwrap(), 1);
-            let b = waiters.pop().unwrap();
-            assert_eq!(waiters.pop().unwrap().await.unwrap(), 1);
+            assert_eq!(a.await.unwrap(), 1);
             write_byte(&b_wr);
-            let b = tokio::time::timeout(std::time::Duration::from_secs(20), b).await;
-            assert_eq!(b.expect("b's waiter was never woken").unwrap(), 1);
+            assert_eq!(woken(b, "b's waiter").await, 1);
         });
     }
 
@@ -1047,35 +1044,21 @@ mod tests {
     /// watch went to the task that was dropping it.
     #[test]
     fn a_waiter_is_woken_after_the_watching_read_was_given_up() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let ring = LocalRing::current().expect("a current-thread runtime has its own ring");
+        on_own_ring(|ring| async move {
             let ((x_rd, x_wr), (y_rd, y_wr)) = (pipe(), pipe());
-            let mut ids = Vec::new();
-            for rd in [&x_rd, &y_rd] {
-                let buf = AlignedBuf::new(crate::format::BLOCK);
-                ids.push(ring.submit(rd.as_raw_fd(), 0, buf).ok().unwrap());
-            }
-            let (idx, idy) = (ids[0], ids[1]);
-            assert!(idx < idy, "x's slot comes first");
-            let r = Arc::clone(&ring);
-            let y = tokio::spawn(async move { r.wait(idy).await.1 });
-            while ring.state.lock().watcher != Some(idy) {
-                tokio::task::yield_now().await;
-            }
+            let ids = submit_reads(&ring, &[&x_rd, &y_rd]);
+            let y = spawn_watcher(&ring, ids[1]).await;
             // x's waiter polled once (it takes the watch), then given up.
-            let mut x = Box::pin(ring.wait(idx));
+            let mut x = Box::pin(ring.wait(ids[0]));
             let pending =
                 std::future::poll_fn(|cx| Poll::Ready(x.as_mut().poll(cx).is_pending())).await;
             assert!(pending);
-            assert_eq!(ring.state.lock().watcher, Some(idx));
+            assert_eq!(ring.state.lock().watcher, Some(ids[0]));
             drop(x);
             write_byte(&y_wr);
             let y = tokio::time::timeout(std::time::Duration::from_secs(20), y).await;
-            // x's read completes too, so the ring's drop need not wait on it.
+            // x's read completes too before any assert, so that the ring's drop need not
+            // wait on it forever.
             write_byte(&x_wr);
             assert_eq!(y.expect("y's waiter was never woken").unwrap(), 1);
         });

@@ -414,14 +414,21 @@ fn a_corrupted_segment_gives_misses_not_wrong_values() {
     r.flash.stop();
 }
 
-#[test]
-fn an_io_error_drops_the_segment_and_serving_goes_on() {
+/// A rig whose flash device fails the reads and writes the test chooses (reads through the
+/// pread pool, where the faults apply).
+fn faulty_rig() -> (tempfile::TempDir, Arc<FaultyDevice>, Rig) {
     let dir = work_dir();
     let path = dir.path().join("flash.dat");
     let cfg = config(path.clone(), 200);
     let real = FileDevice::open(&path, cfg.size_bytes, true).unwrap();
     let faulty = Arc::new(FaultyDevice::new(Box::new(real)));
     let r = rig_with(4, |_| cfg, Some(faulty.clone() as Arc<dyn Device>));
+    (dir, faulty, r)
+}
+
+#[test]
+fn an_io_error_drops_the_segment_and_serving_goes_on() {
+    let (_dir, faulty, r) = faulty_rig();
     assert_eq!(
         r.flash.io_engine(),
         "pread",
@@ -466,12 +473,7 @@ fn an_io_error_drops_the_segment_and_serving_goes_on() {
 /// read error dropped the whole segment and forgot the key.
 #[test]
 fn a_read_not_done_is_a_miss_that_drops_nothing() {
-    let dir = work_dir();
-    let path = dir.path().join("flash.dat");
-    let cfg = config(path.clone(), 200);
-    let real = FileDevice::open(&path, cfg.size_bytes, true).unwrap();
-    let faulty = Arc::new(FaultyDevice::new(Box::new(real)));
-    let r = rig_with(4, |_| cfg, Some(faulty.clone() as Arc<dyn Device>));
+    let (_dir, faulty, r) = faulty_rig();
     for i in 0..40_000 {
         set(&r, format!("key-{i}").as_bytes(), &value_of(i));
     }
