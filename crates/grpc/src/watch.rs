@@ -62,21 +62,52 @@ const MAX_LOG_BYTES_PER_STEP: usize = 4 << 20;
 
 pub struct WatchService {
     b: Arc<Backend>,
-    /// Where streams learn of new revisions: the hub's own channel, or with a batch window
-    /// ([`GrpcConfig::batch_window`](crate::GrpcConfig)) the channel of [`forward_batched`].
-    published: tokio::sync::watch::Receiver<Revision>,
+    /// Where streams learn of new revisions.
+    published: Published,
+}
+
+/// Where a stream learns of new revisions: from the hub itself, or with a batch window
+/// ([`GrpcConfig::batch_window`](crate::GrpcConfig)) from the channel of [`forward_batched`].
+#[derive(Clone)]
+enum Published {
+    Hub(crate::hub::Subscriber),
+    Batched(tokio::sync::watch::Receiver<Revision>),
+}
+
+impl Published {
+    /// The newest revision published, which [`Published::changed`] then waits to move past.
+    fn latest(&mut self) -> Revision {
+        match self {
+            Published::Hub(s) => s.latest(),
+            Published::Batched(rx) => *rx.borrow_and_update(),
+        }
+    }
+
+    /// Waits for a revision after the one [`Published::latest`] last gave; false if no more
+    /// will come (the forwarder is gone). Cancel safe.
+    async fn changed(&mut self) -> bool {
+        match self {
+            Published::Hub(s) => {
+                s.changed().await;
+                true
+            }
+            Published::Batched(rx) => rx.changed().await.is_ok(),
+        }
+    }
 }
 
 impl WatchService {
     /// With a batch window, spawns its forwarding task on the current runtime.
     pub fn new(b: Arc<Backend>) -> WatchService {
-        let mut published = b.hub.subscribe();
+        let mut hub = b.hub.subscribe();
         let window = b.config.batch_window;
-        if !window.is_zero() {
-            let (tx, rx) = tokio::sync::watch::channel(*published.borrow_and_update());
-            tokio::spawn(forward_batched(published, tx, window));
-            published = rx;
-        }
+        let published = if window.is_zero() {
+            Published::Hub(hub)
+        } else {
+            let (tx, rx) = tokio::sync::watch::channel(hub.latest());
+            tokio::spawn(forward_batched(hub, tx, window));
+            Published::Batched(rx)
+        };
         WatchService { b, published }
     }
 }
@@ -90,18 +121,18 @@ impl WatchService {
 /// longer (none at all after a quiet spell: the first change is forwarded at once). What a
 /// stream sends is unchanged: it reads the ring up to the revision it is given, so no event
 /// is skipped, doubled or reordered (tests/grpc.rs runs the watch properties with and without
-/// a window). Ends when the hub or every stream is gone.
+/// a window). Ends when every stream and the service are gone.
 async fn forward_batched(
-    mut from: tokio::sync::watch::Receiver<Revision>,
+    mut from: crate::hub::Subscriber,
     to: tokio::sync::watch::Sender<Revision>,
     window: std::time::Duration,
 ) {
     loop {
         tokio::select! {
-            changed = from.changed() => if changed.is_err() { return },
+            _ = from.changed() => {}
             _ = to.closed() => return,
         }
-        to.send_replace(*from.borrow_and_update());
+        to.send_replace(from.latest());
         tokio::time::sleep(window).await;
     }
 }
@@ -461,7 +492,7 @@ struct StreamState {
     ended: bool,
     /// Progress notifications of idle watches.
     tick: tokio::time::Interval,
-    published: tokio::sync::watch::Receiver<Revision>,
+    published: Published,
     initial_tx: mpsc::Sender<InitialChunk>,
     initial_rx: mpsc::Receiver<InitialChunk>,
     watches: BTreeMap<i64, Watcher>,
@@ -517,7 +548,7 @@ impl StreamState {
             if self.ended {
                 return None;
             }
-            let published = *self.published.borrow_and_update();
+            let published = self.published.latest();
             let work = self.has_event_work(published);
             let initial_active = self.watches.values().any(|w| w.initial.is_some());
             let go_on = tokio::select! {
@@ -530,7 +561,7 @@ impl StreamState {
                     self.step(published).await;
                     true
                 }
-                changed = self.published.changed(), if !work => changed.is_ok(),
+                changed = self.published.changed(), if !work => changed,
                 _ = self.tick.tick() => self.progress_tick(published),
             };
             if !go_on {
