@@ -199,6 +199,11 @@ pub fn general(ctx: &Ctx) -> Vec<Reading> {
         "Expired items whose memory was reclaimed.",
         s.reclaimed,
     );
+    r.counter(
+        "crawler_items_checked",
+        "Items the expiry sweep read (segments with no item written with an expiry are skipped).",
+        s.crawler_items_checked,
+    );
     r.gauge(
         "memory_used_bytes",
         "Bytes of memory the store holds.",

@@ -195,6 +195,9 @@ pub struct StoreStats {
     pub flash_tag_drops: u64,
     /// Items brought back from flash to RAM (hot reads, and commands that change an item).
     pub flash_promotions: u64,
+    /// `crawler_items_checked`: items the expiry sweep read (segments whose items were all
+    /// written without an expiry are skipped unread).
+    pub crawler_items_checked: u64,
     /// RAM held by the flash index: the slots its tables allocated (see `flash_index.rs`).
     pub flash_index_bytes: u64,
     /// RAM segments in use (memcached's `total_pages` of its one slab class here).

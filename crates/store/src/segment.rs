@@ -98,6 +98,10 @@ pub struct Segment {
     pub live_bytes: usize,
     /// Live items in this segment.
     pub live_items: usize,
+    /// Items appended with an expiry. Only these can ever expire here: an expiry is written
+    /// in place only into an item that has the field ([`Segment::exptime_fits`]), so the
+    /// expiry sweep skips a segment where this is 0.
+    pub expiring: usize,
     /// Unix seconds when the segment was opened: the base of its items' last access times.
     pub created: u32,
     /// The CAS uniques of items here (see the module doc).
@@ -212,6 +216,7 @@ impl Segment {
             data: Vec::with_capacity(capacity),
             live_bytes: 0,
             live_items: 0,
+            expiring: 0,
             created: now,
             cas: Far::new(cas_base),
             rev: Far::new(rev_base),
@@ -271,6 +276,9 @@ impl Segment {
         assert_eq!(d.len() - at, size, "item size mismatch");
         self.live_bytes += size;
         self.live_items += 1;
+        if exptime != 0 {
+            self.expiring += 1;
+        }
         let h = self.header(at);
         self.set_cas(at, &h, cas);
         self.set_revision(at, &h, rev);

@@ -99,6 +99,8 @@ pub struct ShardCounters {
     pub flash_tag_drops: u64,
     /// Items promoted from flash back to RAM.
     pub flash_promotions: u64,
+    /// Items the expiry sweep read (memcached's `crawler_items_checked`).
+    pub crawler_items_checked: u64,
 }
 
 pub struct Shard {
@@ -533,8 +535,17 @@ impl Shard {
                 self.reclaim_cursor = 0;
             }
             let slot = self.fifo[self.reclaim_cursor];
-            for at in self.seg(slot).offsets() {
-                examined += 1;
+            // A segment none of whose items was written with an expiry has none to reclaim:
+            // skipped without reading its items (the sweep read every item of 1 MiB
+            // segments twice a second: 3.7% of a persistence-off insert run's CPU).
+            let offsets = if self.seg(slot).expiring > 0 {
+                self.seg(slot).offsets()
+            } else {
+                Vec::new()
+            };
+            examined += offsets.len().max(1);
+            self.counters.crawler_items_checked += offsets.len() as u64;
+            for at in offsets {
                 let h = self.seg(slot).header(at);
                 if h.state & DEAD == 0 && h.exptime != 0 && h.exptime <= now {
                     let key = self.seg(slot).key(&h).to_vec();
@@ -589,6 +600,7 @@ impl Shard {
         s.evicted_to_flash += c.evicted_to_flash;
         s.flash_tag_drops += c.flash_tag_drops;
         s.flash_promotions += c.flash_promotions;
+        s.crawler_items_checked += c.crawler_items_checked;
         s.flash_index_bytes += self.flash.allocation_bytes() as u64;
         s.memory_used_bytes += self.memory_used() as u64;
         s.segments += self.fifo.len() as u64;
