@@ -652,13 +652,12 @@ impl Flash {
                 let own = &self.counters.flash_reads_own_ring;
                 match self.reader.read(offset, len, own).await {
                     Ok(buf) => self.decode(&buf, loc, key),
-                    Err(e) if reader::is_device_error(&e) => {
-                        self.read_failed(seg, &e);
-                        Fetch::Failed
-                    }
                     Err(e) => {
-                        self.counters.flash_reads_not_done.fetch_add(1, Relaxed);
-                        Fetch::NotRead(e)
+                        if self.read_failed(seg, &e) {
+                            Fetch::Failed
+                        } else {
+                            Fetch::NotRead(e)
+                        }
                     }
                 }
             }
@@ -790,8 +789,14 @@ impl Flash {
         }
     }
 
-    /// A read failed: the segment is dropped (its entries removed by the writer thread).
-    fn read_failed(&self, seg: u32, e: &io::Error) {
+    /// A read of segment `seg` failed. Returns whether it was the device's own error
+    /// ([`reader::is_device_error`]): then the segment is dropped (its entries removed by the
+    /// writer thread). Else the read was not done, and only counted.
+    fn read_failed(&self, seg: u32, e: &io::Error) -> bool {
+        if !reader::is_device_error(e) {
+            self.counters.flash_reads_not_done.fetch_add(1, Relaxed);
+            return false;
+        }
         self.counters.extstore_io_errors.fetch_add(1, Relaxed);
         let mut inner = self.inner.lock();
         let s = &mut inner.segs[seg as usize];
@@ -802,6 +807,7 @@ impl Flash {
             inner.to_drop.push(seg);
             self.work.notify_one();
         }
+        true
     }
 
     /// Whether one more promotion to RAM is within the bound (one per 16 items written to
@@ -1419,14 +1425,10 @@ impl FlashTier for Flash {
             .read_at(u64::from(loc.block()) * BLOCK as u64, &mut buf)
         {
             Ok(()) => whose(format::find_item(&buf, loc.nblocks(), key)),
-            // Unknown either way: the entry goes (it may be the key's old copy), but only the
+            // Unknown either way: the entry goes (it may be the key's old copy); only the
             // device's own error drops the segment.
-            Err(e) if reader::is_device_error(&e) => {
+            Err(e) => {
                 self.read_failed(seg, &e);
-                KeyAt::Unknown
-            }
-            Err(_) => {
-                self.counters.flash_reads_not_done.fetch_add(1, Relaxed);
                 KeyAt::Unknown
             }
         }

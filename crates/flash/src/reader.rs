@@ -974,8 +974,21 @@ mod tests {
 
     /// Spawns the waiter of slot `id` and lets it run until it watches the eventfd.
     async fn spawn_watcher(ring: &Arc<LocalRing>, id: usize) -> tokio::task::JoinHandle<i32> {
+        spawn_watcher_then(ring, id, || {}).await
+    }
+
+    /// [`spawn_watcher`], whose waiter runs `then` once its read is done.
+    async fn spawn_watcher_then(
+        ring: &Arc<LocalRing>,
+        id: usize,
+        then: impl FnOnce() + Send + 'static,
+    ) -> tokio::task::JoinHandle<i32> {
         let r = Arc::clone(ring);
-        let waiter = tokio::spawn(async move { r.wait(id).await.1 });
+        let waiter = tokio::spawn(async move {
+            let n = r.wait(id).await.1;
+            then();
+            n
+        });
         while ring.state.lock().watcher != Some(id) {
             tokio::task::yield_now().await;
         }
@@ -1020,16 +1033,7 @@ mod tests {
             let b = spawn_watcher(&ring, ids[1]).await;
             // The watcher, z, leaves first: it hands the watch to a (the first waiter in
             // slot order), then completes a's read before a runs.
-            let r = Arc::clone(&ring);
-            let idz = ids[2];
-            let z = tokio::spawn(async move {
-                let n = r.wait(idz).await.1;
-                write_byte(&a_wr);
-                n
-            });
-            while ring.state.lock().watcher != Some(idz) {
-                tokio::task::yield_now().await;
-            }
+            let z = spawn_watcher_then(&ring, ids[2], move || write_byte(&a_wr)).await;
             write_byte(&z_wr);
             assert_eq!(z.await.unwrap(), 1);
             assert_eq!(a.await.unwrap(), 1);

@@ -161,10 +161,7 @@ async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
             match e {
                 // Safe here, but sync replication found no replica holding it in time.
                 cairn_persist::PersistError::Replication(why) => {
-                    c.output.extend_from_slice(b"SERVER_ERROR replication: ");
-                    c.output
-                        .extend_from_slice(why.replace(['\r', '\n'], " ").as_bytes());
-                    c.output.extend_from_slice(b"\r\n");
+                    server_error(&mut c.output, "replication: ", &why);
                 }
                 _ => c.output.extend_from_slice(NOT_SAFE),
             }
@@ -208,6 +205,14 @@ async fn write<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
 }
 
 /// Adds the writes of the request just executed to what the output waits for.
+/// Appends `SERVER_ERROR <head><why>`, `why` kept to one line.
+fn server_error(out: &mut Vec<u8>, head: &str, why: &str) {
+    out.extend_from_slice(b"SERVER_ERROR ");
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(why.replace(['\r', '\n'], " ").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
 fn note_writes<S>(c: &mut Conn<S>) {
     c.unacked = c.unacked.merge(take_ticket());
 }
@@ -269,11 +274,7 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                 if cmd::is_write(&request) {
                     room_for_a_write(ctx).await;
                     if let Some(why) = ctx.write_refusal() {
-                        c.output.extend_from_slice(b"SERVER_ERROR writes refused: ");
-                        c.output.extend_from_slice(
-                            why.to_string().replace(['\r', '\n'], " ").as_bytes(),
-                        );
-                        c.output.extend_from_slice(b"\r\n");
+                        server_error(&mut c.output, "writes refused: ", &why.to_string());
                         continue;
                     }
                 }
@@ -322,12 +323,8 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                         if let Err(e) = crate::flash::resolve(ctx, &request).await {
                             // The item may still be on flash: the command must not run as
                             // if its key were absent. Nothing changed; the client may retry.
-                            c.output
-                                .extend_from_slice(b"SERVER_ERROR flash read not done: ");
-                            c.output.extend_from_slice(
-                                e.to_string().replace(['\r', '\n'], " ").as_bytes(),
-                            );
-                            c.output.extend_from_slice(b"\r\n");
+                            let why = e.to_string();
+                            server_error(&mut c.output, "flash read not done: ", &why);
                             continue;
                         }
                         let flow = cmd::execute(ctx, request, &mut c.output);

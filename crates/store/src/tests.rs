@@ -144,8 +144,9 @@ fn the_expiry_sweep_reads_only_segments_with_expiring_items() {
         total += s.reclaim_expired(200, 10_000);
     }
     assert_eq!(total, 1);
+    // Only the segments holding "ttl" were read: fewer items than one pass over them all.
     let checked = s.stats().crawler_items_checked;
-    assert!(checked > 0 && checked < 20_000 * 10, "{checked} items read");
+    assert!(checked > 0 && checked < 20_000, "{checked} items read");
     assert!(value(&s, b"k1", 200).is_some());
 }
 
