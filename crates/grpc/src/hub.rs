@@ -31,7 +31,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cairn_persist::record::Record;
 use cairn_persist::{LogObserver, Mode, Persistence};
 use cairn_store::{DeleteReason, ItemMeta, Mutation, MutationSink, PrevItem, Revision};
@@ -52,10 +51,31 @@ pub enum EventKind {
     Flush,
 }
 
-/// An item's state as an event carries it.
+/// Where an item's value lies in its event's wire bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    at: u32,
+    len: u32,
+}
+
+impl Span {
+    fn new(at: usize, len: usize) -> Span {
+        Span {
+            at: at as u32,
+            len: len as u32,
+        }
+    }
+
+    fn of(self, wire: &[u8]) -> &[u8] {
+        &wire[self.at as usize..][..self.len as usize]
+    }
+}
+
+/// An item's state as an event carries it; its value is [`Event::value`] or
+/// [`Event::prev_value`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ItemState {
-    pub value: Bytes,
+    value: Span,
     pub flags: u32,
     pub exptime: u32,
     pub cas: u64,
@@ -68,17 +88,18 @@ pub struct ItemState {
 pub struct Event {
     pub revision: Revision,
     pub kind: EventKind,
-    /// Empty for a flush.
-    pub key: Bytes,
     /// The new item of a Put.
     pub item: Option<ItemState>,
     /// The item before the mutation, if there was one (None for events read from the log,
     /// which does not keep it).
     pub prev: Option<ItemState>,
     /// The event as a `cairn.v1.Event` on the wire, made once here and copied into the
-    /// response of every watch that sends it (crate::wire). `key` and the values above are
-    /// slices of it, so it is the event's only buffer.
-    wire: Bytes,
+    /// response of every watch that sends it (crate::wire). The key and the values are
+    /// stretches of it, so it is the event's only buffer: an event is two allocations, this
+    /// and its `Arc`.
+    wire: Box<[u8]>,
+    /// The key's stretch of `wire` (empty for a flush).
+    key: Span,
     /// `wire[prev_at..tail_at]` is the prev_kv field (empty without a previous item); a
     /// watch without prev_kv sends `wire` without it.
     prev_at: u32,
@@ -88,11 +109,9 @@ pub struct Event {
 /// Memory an event holds besides its wire bytes' allocation, for the ring's bound, counted
 /// as the allocator sees it so that `--watch-history-mb` bounds the real memory:
 /// - the `Arc<Event>` allocation (two counts and the event);
-/// - the shared header `bytes` allocates when the event's buffer is first sliced (3 words);
 /// - the ring's slot (one pointer).
-const EVENT_FIXED_BYTES: usize = malloc_bytes(2 * size_of::<usize>() + size_of::<Event>())
-    + malloc_bytes(3 * size_of::<usize>())
-    + size_of::<Arc<Event>>();
+const EVENT_FIXED_BYTES: usize =
+    malloc_bytes(2 * size_of::<usize>() + size_of::<Event>()) + size_of::<Arc<Event>>();
 
 /// What glibc malloc holds for a request of `n` bytes: `n` and its 8 B header, rounded up to
 /// 16 B, at least 32 B.
@@ -195,9 +214,8 @@ impl Event {
         prev: Option<&PrevItem<'_>>,
     ) -> Event {
         let w = fields.encode();
-        let wire = Bytes::from(w.bytes);
         let state = |at: usize, len: usize, meta: &ItemMeta, rev: Revision| ItemState {
-            value: wire.slice(at..at + len),
+            value: Span::new(at, len),
             flags: meta.flags,
             exptime: meta.exptime,
             cas: meta.cas,
@@ -207,13 +225,29 @@ impl Event {
         Event {
             revision,
             kind,
-            key: wire.slice(w.key_at..w.key_at + key_len),
+            key: Span::new(w.key_at, key_len),
             item: item.map(|(len, meta)| state(w.value_at, len, meta, revision)),
             prev: prev.map(|p| state(w.prev_value_at, p.value.len(), &p.meta, p.meta.mod_revision)),
             prev_at: w.prev_at as u32,
             tail_at: w.tail_at as u32,
-            wire,
+            // Made with its exact length, so this keeps the allocation.
+            wire: w.bytes.into_boxed_slice(),
         }
+    }
+
+    /// The key (empty for a flush).
+    pub fn key(&self) -> &[u8] {
+        self.key.of(&self.wire)
+    }
+
+    /// The new item's value (None but for a Put).
+    pub fn value(&self) -> Option<&[u8]> {
+        self.item.as_ref().map(|i| i.value.of(&self.wire))
+    }
+
+    /// The previous item's value, if the event carries one.
+    pub fn prev_value(&self) -> Option<&[u8]> {
+        self.prev.as_ref().map(|p| p.value.of(&self.wire))
     }
 
     fn flush(revision: Revision) -> Event {
@@ -503,18 +537,25 @@ impl Hub {
         {
             let mut ring = self.ring.write();
             for e in events {
-                ring.bytes += e.size_bytes();
-                ring.events.push_back(e);
-            }
-            while ring.bytes > self.limit_bytes {
-                let Some(old) = ring.events.pop_front() else {
-                    break;
-                };
-                ring.bytes -= old.size_bytes();
-                ring.first = old.revision + 1;
+                ring.push(e, self.limit_bytes);
             }
         }
         self.set_published(published);
+    }
+}
+
+impl Ring {
+    /// Appends an event and drops the oldest past `limit_bytes`.
+    fn push(&mut self, e: Arc<Event>, limit_bytes: usize) {
+        self.bytes += e.size_bytes();
+        self.events.push_back(e);
+        while self.bytes > limit_bytes {
+            let Some(old) = self.events.pop_front() else {
+                break;
+            };
+            self.bytes -= old.size_bytes();
+            self.first = old.revision + 1;
+        }
     }
 }
 
@@ -567,17 +608,17 @@ impl Drop for Waiting<'_> {
 
 impl MutationSink for Hub {
     /// Without persistence the hub is the store's sink: it numbers the mutation and publishes
-    /// it at once (the store holds the key's shard lock, so per key the order is the apply
-    /// order; the pending lock orders all keys).
+    /// it at once. The ring's write lock orders all keys (the store holds the key's shard
+    /// lock, so per key the order is the apply order): the next revision is `published` + 1,
+    /// moved under that lock. One lock a mutation; the pending slots serve only a fed hub.
     fn on_mutation(&self, m: &Mutation<'_>) -> Revision {
         debug_assert!(self.counting, "a fed hub gets mutations from the log");
-        let mut p = self.pending.lock();
-        let revision = p.base;
-        p.base += 1;
-        match Event::from_mutation(m, revision) {
-            Some(e) => self.publish(vec![Arc::new(e)], revision),
-            None => self.set_published(revision),
+        let mut ring = self.ring.write();
+        let revision = self.published.load(Ordering::Relaxed) + 1;
+        if let Some(e) = Event::from_mutation(m, revision) {
+            ring.push(Arc::new(e), self.limit_bytes);
         }
+        self.set_published(revision);
         revision
     }
 }
@@ -681,10 +722,7 @@ mod tests {
         assert_eq!(revisions(&hub, 8), vec![8, 9, 10]);
         assert_eq!(hub.read(7, 10, 9), Err(ReadError::Compacted(8)));
         let e = &hub.read(10, 10, 1).unwrap().0[0];
-        assert_eq!(
-            (&e.key[..], &e.item.as_ref().unwrap().value[..]),
-            (&b"k"[..], &[9u8][..])
-        );
+        assert_eq!((e.key(), e.value().unwrap()), (&b"k"[..], &[9u8][..]));
     }
 
     #[test]
@@ -700,11 +738,15 @@ mod tests {
             prev: Some(prev),
         };
         let e = Event::from_mutation(&m, 7).unwrap();
-        assert_eq!(&e.key[..], b"key");
-        let item = e.item.unwrap();
-        assert_eq!((&item.value[..], item.mod_revision), (&b"new"[..], 7));
-        let p = e.prev.unwrap();
-        assert_eq!((&p.value[..], p.mod_revision), (&b"old"[..], 4));
+        assert_eq!(e.key(), b"key");
+        let revs = (
+            e.item.as_ref().unwrap().mod_revision,
+            e.prev.as_ref().unwrap().mod_revision,
+        );
+        assert_eq!(
+            (e.value(), e.prev_value(), revs),
+            (Some(&b"new"[..]), Some(&b"old"[..]), (7, 4))
+        );
         let d = Event::from_mutation(
             &Mutation::Deleted {
                 key: b"key",
@@ -715,8 +757,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.kind, EventKind::Delete(DeleteReason::Evicted));
-        assert_eq!(&d.prev.unwrap().value[..], b"old");
+        assert_eq!(d.prev_value(), Some(&b"old"[..]));
+        assert_eq!(d.value(), None);
         assert!(Event::from_mutation(&Mutation::FlushScheduled { at: 5 }, 9).is_none());
+    }
+
+    /// Two threads writing at once into a counting hub: every revision is handed out once,
+    /// the ring holds them in order, and each key's events come in the order of its writes.
+    #[test]
+    fn concurrent_writers_get_one_revision_each_in_ring_order() {
+        const WRITES: u64 = 5_000;
+        let hub = Hub::counting(64 << 20);
+        std::thread::scope(|s| {
+            for w in 0..2u8 {
+                let hub = &hub;
+                s.spawn(move || {
+                    for i in 0..WRITES {
+                        hub.on_mutation(&put(&[w], &i.to_le_bytes()));
+                    }
+                });
+            }
+        });
+        let (events, _) = hub.read(1, hub.published(), usize::MAX).unwrap();
+        let revs: Vec<Revision> = events.iter().map(|e| e.revision).collect();
+        assert_eq!(revs, (1..=2 * WRITES).collect::<Vec<_>>());
+        for w in 0..2u8 {
+            let values: Vec<u64> = events
+                .iter()
+                .filter(|e| e.key() == [w])
+                .map(|e| u64::from_le_bytes(e.value().unwrap().try_into().unwrap()))
+                .collect();
+            assert_eq!(values, (0..WRITES).collect::<Vec<_>>(), "writer {w}");
+        }
     }
 
     /// Readers waiting for `published` to move while writers on other threads publish: every

@@ -472,8 +472,8 @@ impl Watcher {
 
     fn wants(&self, e: &Event) -> bool {
         match e.kind {
-            EventKind::Put => !self.no_put && self.range.matches(&e.key),
-            EventKind::Delete(_) => !self.no_delete && self.range.matches(&e.key),
+            EventKind::Put => !self.no_put && self.range.matches(e.key()),
+            EventKind::Delete(_) => !self.no_delete && self.range.matches(e.key()),
             EventKind::Flush => !self.no_delete,
         }
     }
@@ -1010,9 +1010,9 @@ mod tests {
 
     /// The wire form of an event, built as a prost message: what `wire` must match.
     fn event_pb(e: &Event, prev_kv: bool) -> pb::Event {
-        let state_kv = |s: &hub::ItemState| pb::KeyValue {
-            key: e.key.clone(),
-            value: s.value.clone(),
+        let state_kv = |s: &hub::ItemState, value: Option<&[u8]>| pb::KeyValue {
+            key: Bytes::copy_from_slice(e.key()),
+            value: Bytes::copy_from_slice(value.unwrap()),
             flags: s.flags,
             expires_at: s.exptime,
             cas: s.cas,
@@ -1028,10 +1028,10 @@ mod tests {
             EventKind::Flush => (T::Flush, R::Flushed),
         };
         let kv = match (&e.kind, &e.item) {
-            (EventKind::Put, Some(item)) => Some(state_kv(item)),
+            (EventKind::Put, Some(item)) => Some(state_kv(item, e.value())),
             (EventKind::Flush, _) => None,
             _ => Some(pb::KeyValue {
-                key: e.key.clone(),
+                key: Bytes::copy_from_slice(e.key()),
                 mod_revision: e.revision,
                 ..Default::default()
             }),
@@ -1040,7 +1040,7 @@ mod tests {
             r#type: kind as i32,
             kv,
             prev_kv: if prev_kv {
-                e.prev.as_ref().map(state_kv)
+                e.prev.as_ref().map(|p| state_kv(p, e.prev_value()))
             } else {
                 None
             },
@@ -1162,13 +1162,10 @@ mod tests {
                 }
             }
         }
-        // The event's parts are slices of its wire bytes.
+        // The event's parts are stretches of its wire bytes.
         let e = &events[1];
-        assert_eq!(
-            (&e.key[..], &e.item.as_ref().unwrap().value[..]),
-            (&b"key"[..], &big[..])
-        );
-        assert_eq!(&e.prev.as_ref().unwrap().value[..], b"old");
+        assert_eq!((e.key(), e.value()), (&b"key"[..], Some(&big[..])));
+        assert_eq!(e.prev_value(), Some(&b"old"[..]));
     }
 
     #[test]
@@ -1217,7 +1214,7 @@ mod tests {
             else {
                 return None;
             };
-            let keys: Vec<Vec<u8>> = events.iter().map(|e| e.key.to_vec()).collect();
+            let keys: Vec<Vec<u8>> = events.iter().map(|e| e.key().to_vec()).collect();
             Some((keys, revision, matches!(events.which, Which::Run(..))))
         };
         let mut a = watcher(b"a");
