@@ -150,6 +150,34 @@ fn the_expiry_sweep_reads_only_segments_with_expiring_items() {
     assert!(value(&s, b"k1", 200).is_some());
 }
 
+/// The sweep's bound holds within a segment: a call reads at most its share of items per
+/// shard and the next call goes on from there, until every expired item is gone. Before, a
+/// call read at least one whole segment of each shard.
+#[test]
+fn the_expiry_sweep_stops_at_its_bound_inside_a_segment() {
+    let s = store(64);
+    for i in 0..20_000u32 {
+        set(&s, format!("k{i}").as_bytes(), &[b'v'; 50], 0, 150);
+    }
+    let bound = 10 * s.shard_count();
+    let mut total = 0;
+    while total < 20_000 {
+        let before = s.stats().crawler_items_checked;
+        let got = s.reclaim_expired(200, bound);
+        let read = s.stats().crawler_items_checked - before;
+        assert!(
+            read <= bound as u64,
+            "a call read {read} items (bound {bound})"
+        );
+        assert!(
+            got > 0,
+            "a call reclaimed nothing with {total} of 20,000 reclaimed"
+        );
+        total += got;
+    }
+    assert_eq!((total, s.stats().curr_items), (20_000, 0));
+}
+
 /// A sink that numbers mutations and keeps one line per report.
 #[derive(Default)]
 struct Reports {
