@@ -334,8 +334,9 @@ pub struct HubStats {
 pub struct Hub {
     pending: Mutex<Pending>,
     /// Held by a drain from cutting the ready prefix until it is in the ring, so that drains
-    /// publish in revision order (persistence on only).
-    publishing: Mutex<()>,
+    /// publish in revision order (persistence on only). It holds the buffer the prefix is cut
+    /// into, kept between drains with its room, so that a drain allocates nothing.
+    publishing: Mutex<VecDeque<Slot>>,
     ring: RwLock<Ring>,
     /// The newest published revision.
     published: AtomicU64,
@@ -356,7 +357,7 @@ pub struct Hub {
 impl Hub {
     fn new(start: Revision, limit_bytes: usize, counting: bool) -> Hub {
         Hub {
-            publishing: Mutex::new(()),
+            publishing: Mutex::new(VecDeque::new()),
             pending: Mutex::new(Pending {
                 slots: VecDeque::new(),
                 base: start + 1,
@@ -498,8 +499,8 @@ impl Hub {
     /// writers take under their shard lock) is held only to cut the prefix off; the ring is
     /// filled after, and `publishing` keeps concurrent drains in order.
     fn drain(&self) {
-        let _in_order = self.publishing.lock();
-        let (ready, published) = {
+        let mut ready = self.publishing.lock();
+        let published = {
             let mut p = self.pending.lock();
             let safe = self.safe.load(Ordering::Acquire);
             let mut k = 0usize;
@@ -512,32 +513,22 @@ impl Hub {
             if k == 0 {
                 return;
             }
-            // Move the smaller side: the ready prefix, or the rest.
-            let ready = if k * 2 >= p.slots.len() {
-                let rest = p.slots.split_off(k);
-                std::mem::replace(&mut p.slots, rest)
+            if k == p.slots.len() {
+                // All of it (the usual case): the slots trade places with the empty buffer,
+                // which keeps the room it had.
+                std::mem::swap(&mut p.slots, &mut *ready);
             } else {
-                p.slots.drain(..k).collect()
-            };
+                ready.extend(p.slots.drain(..k));
+            }
             p.base += k as u64;
-            (ready, p.base - 1)
+            p.base - 1
         };
-        let events = ready
-            .into_iter()
-            .filter_map(|s| match s {
-                Slot::Event(e) => Some(e),
-                _ => None,
-            })
-            .collect();
-        self.publish(events, published);
-    }
-
-    /// Appends events to the ring, drops the oldest past the bound, and moves `published`.
-    fn publish(&self, events: Vec<Arc<Event>>, published: Revision) {
         {
             let mut ring = self.ring.write();
-            for e in events {
-                ring.push(e, self.limit_bytes);
+            for slot in ready.drain(..) {
+                if let Slot::Event(e) = slot {
+                    ring.push(e, self.limit_bytes);
+                }
             }
         }
         self.set_published(published);
