@@ -753,22 +753,27 @@ mod tests {
         assert!(Event::from_mutation(&Mutation::FlushScheduled { at: 5 }, 9).is_none());
     }
 
+    /// Two threads at once, each setting its own one-byte key (0 and 1) to 0, 1, ..
+    /// `writes` - 1 (8-byte little-endian values).
+    fn write_from_two_threads(hub: &Hub, writes: u64) {
+        std::thread::scope(|s| {
+            for w in 0..2u8 {
+                s.spawn(move || {
+                    for i in 0..writes {
+                        hub.on_mutation(&put(&[w], &i.to_le_bytes()));
+                    }
+                });
+            }
+        });
+    }
+
     /// Two threads writing at once into a counting hub: every revision is handed out once,
     /// the ring holds them in order, and each key's events come in the order of its writes.
     #[test]
     fn concurrent_writers_get_one_revision_each_in_ring_order() {
         const WRITES: u64 = 5_000;
         let hub = Hub::counting(64 << 20);
-        std::thread::scope(|s| {
-            for w in 0..2u8 {
-                let hub = &hub;
-                s.spawn(move || {
-                    for i in 0..WRITES {
-                        hub.on_mutation(&put(&[w], &i.to_le_bytes()));
-                    }
-                });
-            }
-        });
+        write_from_two_threads(&hub, WRITES);
         let (events, _) = hub.read(1, hub.published(), usize::MAX).unwrap();
         let revs: Vec<Revision> = events.iter().map(|e| e.revision).collect();
         assert_eq!(revs, (1..=2 * WRITES).collect::<Vec<_>>());
@@ -811,16 +816,7 @@ mod tests {
             assert!(since.elapsed().as_secs() < 20, "the readers never waited");
             std::thread::yield_now();
         }
-        std::thread::scope(|s| {
-            for w in 0..2u8 {
-                let hub = &hub;
-                s.spawn(move || {
-                    for i in 0..WRITES {
-                        hub.on_mutation(&put(&[w], &i.to_le_bytes()));
-                    }
-                });
-            }
-        });
+        write_from_two_threads(&hub, WRITES);
         assert_eq!(hub.published(), 2 * WRITES);
         rt.block_on(async {
             for r in readers {
