@@ -300,6 +300,24 @@ struct Pending {
     slots: VecDeque<Slot>,
     /// The revision of `slots[0]`: published + 1.
     base: Revision,
+    /// Small events that fell off the ring in a drain, left for the writers to free (see
+    /// [`Hub::fill`]); at most [`FALLEN_MAX`].
+    fallen: Vec<Arc<Event>>,
+}
+
+/// How many fallen events wait for the writers to free them; a drain frees the rest itself.
+const FALLEN_MAX: usize = 4096;
+
+/// Events up to this size go to the writers to be freed; a larger one is freed where it falls.
+const FALLEN_MAX_EVENT_BYTES: usize = 1024;
+
+/// A drain's buffers, kept between drains with their room so that a drain allocates nothing.
+#[derive(Default)]
+struct Publishing {
+    /// The ready slots cut off the pending ones.
+    ready: VecDeque<Slot>,
+    /// Events that fell off the ring, on their way to [`Pending::fallen`].
+    fallen: Vec<Arc<Event>>,
 }
 
 /// The history in memory.
@@ -334,9 +352,8 @@ pub struct HubStats {
 pub struct Hub {
     pending: Mutex<Pending>,
     /// Held by a drain from cutting the ready prefix until it is in the ring, so that drains
-    /// publish in revision order (persistence on only). It holds the buffer the prefix is cut
-    /// into, kept between drains with its room, so that a drain allocates nothing.
-    publishing: Mutex<VecDeque<Slot>>,
+    /// publish in revision order (persistence on only); it holds the drain's buffers.
+    publishing: Mutex<Publishing>,
     ring: RwLock<Ring>,
     /// The newest published revision.
     published: AtomicU64,
@@ -357,10 +374,11 @@ pub struct Hub {
 impl Hub {
     fn new(start: Revision, limit_bytes: usize, counting: bool) -> Hub {
         Hub {
-            publishing: Mutex::new(VecDeque::new()),
+            publishing: Mutex::new(Publishing::default()),
             pending: Mutex::new(Pending {
                 slots: VecDeque::new(),
                 base: start + 1,
+                fallen: Vec::new(),
             }),
             ring: RwLock::new(Ring {
                 events: VecDeque::new(),
@@ -488,7 +506,14 @@ impl Hub {
         }
         p.slots[i] = slot;
         let late = revision <= self.safe.load(Ordering::Acquire) && i == 0;
+        // Free up to two events that fell off the ring, here on the thread that made this
+        // one: events are made on the connection threads and fell off on the log's syncer,
+        // and with the server's one malloc arena a free on another thread than the
+        // allocation's takes the arena's lock (docs/BENCHMARKS.md). Two a revision keep up
+        // with one falling off per revision.
+        let fallen = [p.fallen.pop(), p.fallen.pop()];
         drop(p);
+        drop(fallen);
         if late {
             // Safe before it was handed over (the syncer was quick): publish it now.
             self.drain();
@@ -499,7 +524,8 @@ impl Hub {
     /// writers take under their shard lock) is held only to cut the prefix off; the ring is
     /// filled after, and `publishing` keeps concurrent drains in order.
     fn drain(&self) {
-        let mut ready = self.publishing.lock();
+        let mut publishing = self.publishing.lock();
+        let Publishing { ready, fallen } = &mut *publishing;
         let published = {
             let mut p = self.pending.lock();
             let safe = self.safe.load(Ordering::Acquire);
@@ -516,7 +542,7 @@ impl Hub {
             if k == p.slots.len() {
                 // All of it (the usual case): the slots trade places with the empty buffer,
                 // which keeps the room it had.
-                std::mem::swap(&mut p.slots, &mut *ready);
+                std::mem::swap(&mut p.slots, ready);
             } else {
                 ready.extend(p.slots.drain(..k));
             }
@@ -527,25 +553,44 @@ impl Hub {
             let mut ring = self.ring.write();
             for slot in ready.drain(..) {
                 if let Slot::Event(e) = slot {
-                    ring.push(e, self.limit_bytes);
+                    ring.push(e);
                 }
             }
+            ring.trim(self.limit_bytes, |e| {
+                if e.size_bytes() <= FALLEN_MAX_EVENT_BYTES {
+                    fallen.push(e);
+                }
+            });
         }
         self.set_published(published);
+        if !fallen.is_empty() {
+            let mut p = self.pending.lock();
+            let room = FALLEN_MAX.saturating_sub(p.fallen.len());
+            let handed = fallen.len().min(room);
+            p.fallen.extend(fallen.drain(..handed));
+            drop(p);
+            // More than the writers are left to free: freed here.
+            fallen.clear();
+        }
     }
 }
 
 impl Ring {
-    /// Appends an event and drops the oldest past `limit_bytes`.
-    fn push(&mut self, e: Arc<Event>, limit_bytes: usize) {
+    fn push(&mut self, e: Arc<Event>) {
         self.bytes += e.size_bytes();
         self.events.push_back(e);
+    }
+
+    /// Takes the oldest events off while the ring holds more than `limit_bytes`, and hands
+    /// each to `fall` (which drops it, or keeps it to be freed elsewhere).
+    fn trim(&mut self, limit_bytes: usize, mut fall: impl FnMut(Arc<Event>)) {
         while self.bytes > limit_bytes {
             let Some(old) = self.events.pop_front() else {
                 break;
             };
             self.bytes -= old.size_bytes();
             self.first = old.revision + 1;
+            fall(old);
         }
     }
 }
@@ -607,7 +652,8 @@ impl MutationSink for Hub {
         let mut ring = self.ring.write();
         let revision = self.published.load(Ordering::Relaxed) + 1;
         if let Some(e) = Event::from_mutation(m, revision) {
-            ring.push(Arc::new(e), self.limit_bytes);
+            ring.push(Arc::new(e));
+            ring.trim(self.limit_bytes, drop);
         }
         self.set_published(revision);
         revision
@@ -697,6 +743,38 @@ mod tests {
         let (e, next) = hub.read(12, 15, 1).unwrap();
         assert_eq!((e[0].revision, next), (12, 13), "max bounds a read");
         assert_eq!(hub.read(10, 15, 9), Err(ReadError::Compacted(11)));
+    }
+
+    /// A fed hub's drain leaves the small events that fall off the ring to the writers, who
+    /// free two a revision, and keeps at most `FALLEN_MAX` of them waiting.
+    #[test]
+    fn a_fed_hub_leaves_fallen_events_to_the_writers() {
+        let size = Event::from_mutation(&put(b"k", &[0]), 1)
+            .unwrap()
+            .size_bytes();
+        let hub = Hub::new(0, 3 * size, false);
+        let fallen = |hub: &Hub| hub.pending.lock().fallen.len();
+        for r in 1..=10 {
+            hub.on_logged(r, &put(b"k", &[r as u8]));
+        }
+        hub.on_safe(10);
+        assert_eq!(revisions(&hub, 8), vec![8, 9, 10]);
+        assert_eq!(fallen(&hub), 7, "revisions 1-7 wait for the writers");
+        hub.on_logged(11, &put(b"k", &[11]));
+        assert_eq!(fallen(&hub), 5, "a writer frees two");
+        let many = FALLEN_MAX as u64 + 100;
+        for r in 12..12 + many {
+            hub.on_no_event(r);
+        }
+        for r in 12 + many..12 + 2 * many {
+            hub.on_logged(r, &put(b"k", &[0]));
+        }
+        hub.on_safe(12 + 2 * many);
+        assert_eq!(
+            fallen(&hub),
+            FALLEN_MAX,
+            "the drain frees what is past the bound"
+        );
     }
 
     #[test]
