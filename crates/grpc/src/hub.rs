@@ -539,10 +539,11 @@ impl Hub {
             if k == 0 {
                 return;
             }
-            if k == p.slots.len() {
-                // All of it (the usual case): the slots trade places with the empty buffer,
-                // which keeps the room it had.
+            // Move the smaller side. Most of it (all, usually): the slots trade places with
+            // the empty buffer, which keeps the room it had, and the rest moves back.
+            if k * 2 >= p.slots.len() {
                 std::mem::swap(&mut p.slots, ready);
+                p.slots.extend(ready.drain(k..));
             } else {
                 ready.extend(p.slots.drain(..k));
             }
@@ -740,6 +741,14 @@ mod tests {
         assert_eq!(hub.published(), 14);
         hub.on_safe(15);
         assert_eq!(revisions(&hub, 11), vec![11, 12, 13, 15]);
+        // A ready prefix shorter than the rest (it moves, not the rest).
+        for r in 16..=19 {
+            hub.on_logged(r, &put(b"d", &[r as u8]));
+        }
+        hub.on_safe(16);
+        assert_eq!(revisions(&hub, 15), vec![15, 16]);
+        hub.on_safe(19);
+        assert_eq!(revisions(&hub, 15), vec![15, 16, 17, 18, 19]);
         let (e, next) = hub.read(12, 15, 1).unwrap();
         assert_eq!((e[0].revision, next), (12, 13), "max bounds a read");
         assert_eq!(hub.read(10, 15, 9), Err(ReadError::Compacted(11)));
