@@ -558,7 +558,7 @@ impl Shard {
             // Item by item, so that the bound holds within a segment too (a 1 MiB segment of
             // small items is some 10,000 of them, read under the shard lock).
             while at < self.seg(slot).data.len() {
-                if examined == max_items {
+                if examined >= max_items {
                     self.reclaim_resume = Some((slot, at));
                     return reclaimed;
                 }
