@@ -577,6 +577,7 @@ impl Hub {
 }
 
 impl Ring {
+    /// Appends an event (the caller trims the ring after: [`Ring::trim`]).
     fn push(&mut self, e: Arc<Event>) {
         self.bytes += e.size_bytes();
         self.events.push_back(e);

@@ -34,6 +34,15 @@ fn set(s: &Store, key: &[u8], value: &[u8], flags: u32, exptime: u32) -> ItemMet
         .unwrap()
 }
 
+/// A store of keys `k0` .. `k{n - 1}`, each a 50 B value with this expiry.
+fn store_of_keys(n: u32, exptime: u32) -> Store {
+    let s = store(64);
+    for i in 0..n {
+        set(&s, format!("k{i}").as_bytes(), &[b'v'; 50], 0, exptime);
+    }
+    s
+}
+
 fn value(s: &Store, key: &[u8], now: u32) -> Option<Vec<u8>> {
     match s.get(key, now) {
         ReadOutcome::Hit(i) => Some(i.value),
@@ -124,10 +133,7 @@ fn reclaim_frees_expired_items() {
 /// read every item of every segment it passed.
 #[test]
 fn the_expiry_sweep_reads_only_segments_with_expiring_items() {
-    let s = store(64);
-    for i in 0..20_000u32 {
-        set(&s, format!("k{i}").as_bytes(), &[b'v'; 50], 0, 0);
-    }
+    let s = store_of_keys(20_000, 0);
     for _ in 0..10 {
         assert_eq!(s.reclaim_expired(200, 10_000), 0);
     }
@@ -155,10 +161,7 @@ fn the_expiry_sweep_reads_only_segments_with_expiring_items() {
 /// call read at least one whole segment of each shard.
 #[test]
 fn the_expiry_sweep_stops_at_its_bound_inside_a_segment() {
-    let s = store(64);
-    for i in 0..20_000u32 {
-        set(&s, format!("k{i}").as_bytes(), &[b'v'; 50], 0, 150);
-    }
+    let s = store_of_keys(20_000, 150);
     let bound = 10 * s.shard_count();
     let mut total = 0;
     while total < 20_000 {
