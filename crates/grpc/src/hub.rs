@@ -27,6 +27,7 @@
 //! revision is never handed out twice (a power loss in async mode may take back the last ones,
 //! as it takes back acknowledged writes).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -146,6 +147,12 @@ impl Event {
     /// Builds the event of a store mutation; None for a mutation that is no event (a
     /// scheduled flush: its effect comes later as a Flush).
     pub fn from_mutation(m: &Mutation<'_>, revision: Revision) -> Option<Event> {
+        Event::from_mutation_in(m, revision, Box::default())
+    }
+
+    /// [`Event::from_mutation`], encoded into `reuse` when it has the length (an old event's
+    /// bytes, see [`make_event`]).
+    fn from_mutation_in(m: &Mutation<'_>, revision: Revision, reuse: Box<[u8]>) -> Option<Event> {
         use pb::event::{DeleteReason as R, EventType as T};
         Some(match m {
             Mutation::Stored {
@@ -170,6 +177,7 @@ impl Event {
                     key.len(),
                     Some((value.len(), meta)),
                     prev.as_ref(),
+                    reuse,
                 )
             }
             Mutation::Deleted { key, reason, prev } => {
@@ -196,9 +204,17 @@ impl Event {
                     revision,
                 };
                 let kind = EventKind::Delete(*reason);
-                Event::build(revision, kind, &fields, key.len(), None, prev.as_ref())
+                Event::build(
+                    revision,
+                    kind,
+                    &fields,
+                    key.len(),
+                    None,
+                    prev.as_ref(),
+                    reuse,
+                )
             }
-            Mutation::Flushed => Event::flush(revision),
+            Mutation::Flushed => Event::flush(revision, reuse),
             Mutation::FlushScheduled { .. } => return None,
         })
     }
@@ -212,8 +228,9 @@ impl Event {
         key_len: usize,
         item: Option<(usize, &ItemMeta)>,
         prev: Option<&PrevItem<'_>>,
+        reuse: Box<[u8]>,
     ) -> Event {
-        let w = fields.encode();
+        let w = fields.encode(reuse);
         let state = |at: usize, len: usize, meta: &ItemMeta, rev: Revision| ItemState {
             value: Span::new(at, len),
             flags: meta.flags,
@@ -250,7 +267,7 @@ impl Event {
         self.prev.as_ref().map(|p| p.value.of(&self.wire))
     }
 
-    fn flush(revision: Revision) -> Event {
+    fn flush(revision: Revision, reuse: Box<[u8]>) -> Event {
         use pb::event::{DeleteReason as R, EventType as T};
         let fields = EventFields {
             kind: T::Flush as i32,
@@ -259,7 +276,7 @@ impl Event {
             reason: R::Flushed as i32,
             revision,
         };
-        Event::build(revision, EventKind::Flush, &fields, 0, None, None)
+        Event::build(revision, EventKind::Flush, &fields, 0, None, None, reuse)
     }
 
     /// The event of a command log record read back at `lsn` (history older than the ring);
@@ -282,6 +299,54 @@ impl Event {
     /// Bytes this event holds in memory, allocator overhead included (for the ring's bound).
     pub fn size_bytes(&self) -> usize {
         EVENT_FIXED_BYTES + malloc_bytes(self.wire.len())
+    }
+}
+
+thread_local! {
+    /// An event that fell off the ring on this thread, kept to become this thread's next
+    /// event ([`make_event`]), so that its two allocations are reused instead of freed and
+    /// made again. Outside the ring's bound: one small event a thread at most.
+    static SPARE: Cell<Option<Arc<Event>>> = const { Cell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Allocations made for events on this thread: the test of [`make_event`] counts them
+    /// (malloc hands a freed block straight back, so addresses would not tell).
+    pub(crate) static FRESH_ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Keeps `e`, an event off the ring, as this thread's spare if it is small and the thread
+/// has none; else drops it.
+fn keep_as_spare(e: Arc<Event>) {
+    if e.size_bytes() > FALLEN_MAX_EVENT_BYTES {
+        return;
+    }
+    SPARE.with(|s| match s.take() {
+        None => s.set(Some(e)),
+        spare => s.set(spare),
+    });
+}
+
+/// The event of `m` at `revision`, made in this thread's spare event when it has one that no
+/// reader holds any more: its `Arc` is reused, and its bytes when the new event has their
+/// length (an event of the same shape: same key and value lengths). Freeing an old event
+/// and making a new one cost about 5% of a SYNC set's server CPU (the old one is out of the
+/// caches, and with the server's one malloc arena every free beyond the thread's cache
+/// takes the arena's lock; docs/BENCHMARKS.md).
+fn make_event(m: &Mutation<'_>, revision: Revision) -> Option<Arc<Event>> {
+    let mut spare = SPARE.with(Cell::take);
+    let Some(old) = spare.as_mut().and_then(Arc::get_mut) else {
+        #[cfg(test)]
+        FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        return Event::from_mutation(m, revision).map(Arc::new);
+    };
+    match Event::from_mutation_in(m, revision, std::mem::take(&mut old.wire)) {
+        Some(e) => {
+            *old = e;
+            spare
+        }
+        None => None,
     }
 }
 
@@ -506,14 +571,18 @@ impl Hub {
         }
         p.slots[i] = slot;
         let late = revision <= self.safe.load(Ordering::Acquire) && i == 0;
-        // Free up to two events that fell off the ring, here on the thread that made this
-        // one: events are made on the connection threads and fell off on the log's syncer,
-        // and with the server's one malloc arena a free on another thread than the
-        // allocation's takes the arena's lock (docs/BENCHMARKS.md). Two a revision keep up
-        // with one falling off per revision.
-        let fallen = [p.fallen.pop(), p.fallen.pop()];
+        // Take an event that fell off the ring, here on the thread that made this one: it
+        // becomes this thread's next event ([`make_event`]). Events are made on the
+        // connection threads and fall off on the log's syncer, and with the server's one
+        // malloc arena a free on another thread than the allocation's takes the arena's lock
+        // (docs/BENCHMARKS.md). One a revision keeps up with one falling off per revision;
+        // past half the bound a writer takes two, and frees the second.
+        let second = p.fallen.len() > FALLEN_MAX / 2;
+        let fallen = [p.fallen.pop(), if second { p.fallen.pop() } else { None }];
         drop(p);
-        drop(fallen);
+        for e in fallen.into_iter().flatten() {
+            keep_as_spare(e);
+        }
         if late {
             // Safe before it was handed over (the syncer was quick): publish it now.
             self.drain();
@@ -653,9 +722,9 @@ impl MutationSink for Hub {
         debug_assert!(self.counting, "a fed hub gets mutations from the log");
         let mut ring = self.ring.write();
         let revision = self.published.load(Ordering::Relaxed) + 1;
-        if let Some(e) = Event::from_mutation(m, revision) {
-            ring.push(Arc::new(e));
-            ring.trim(self.limit_bytes, drop);
+        if let Some(e) = make_event(m, revision) {
+            ring.push(e);
+            ring.trim(self.limit_bytes, keep_as_spare);
         }
         self.set_published(revision);
         revision
@@ -664,8 +733,8 @@ impl MutationSink for Hub {
 
 impl LogObserver for Hub {
     fn on_logged(&self, lsn: Revision, m: &Mutation<'_>) {
-        let slot = match Event::from_mutation(m, lsn) {
-            Some(e) => Slot::Event(Arc::new(e)),
+        let slot = match make_event(m, lsn) {
+            Some(e) => Slot::Event(e),
             None => Slot::NoEvent,
         };
         self.fill(lsn, slot);
@@ -771,7 +840,7 @@ mod tests {
         assert_eq!(revisions(&hub, 8), vec![8, 9, 10]);
         assert_eq!(fallen(&hub), 7, "revisions 1-7 wait for the writers");
         hub.on_logged(11, &put(b"k", &[11]));
-        assert_eq!(fallen(&hub), 5, "a writer frees two");
+        assert_eq!(fallen(&hub), 6, "a writer takes one for its next event");
         let many = FALLEN_MAX as u64 + 100;
         for r in 12..12 + many {
             hub.on_no_event(r);
@@ -784,6 +853,50 @@ mod tests {
             fallen(&hub),
             FALLEN_MAX,
             "the drain frees what is past the bound"
+        );
+        hub.on_no_event(12 + 2 * many + 1);
+        assert_eq!(
+            fallen(&hub),
+            FALLEN_MAX - 2,
+            "past half the bound, a writer takes two"
+        );
+    }
+
+    #[test]
+    fn an_event_off_the_ring_becomes_the_threads_next_event_unless_a_reader_holds_it() {
+        let one_event = Event::from_mutation(&put(b"a", &[1]), 1)
+            .unwrap()
+            .size_bytes();
+        let hub = Hub::counting(one_event);
+        let event = |rev: Revision| hub.read(rev, rev, 1).unwrap().0.remove(0);
+        let fresh = || FRESH_ALLOCATIONS.with(Cell::get);
+        let made = |hub: &Hub, key: &[u8], value: u8| {
+            let before = fresh();
+            hub.on_mutation(&put(key, &[value]));
+            fresh() - before
+        };
+        assert_eq!(
+            made(&hub, b"a", 1),
+            2,
+            "the first event: its Arc and its bytes"
+        );
+        assert_eq!(made(&hub, b"b", 2), 2, "nothing fell off yet");
+        // Revision 1 fell off and waits as this thread's spare; 3 is made in it.
+        assert_eq!(made(&hub, b"c", 3), 0, "both allocations reused");
+        let third = event(3);
+        assert_eq!(
+            (third.revision, third.key(), third.value()),
+            (3, &b"c"[..], Some(&[3][..]))
+        );
+        // A longer key: the Arc is reused, the bytes are not.
+        assert_eq!(made(&hub, b"dd", 4), 1);
+        // A reader still holds revision 3 when it falls off: it is not reused, and the
+        // reader's event stays as it was.
+        assert_eq!(made(&hub, b"e", 5), 2);
+        assert_eq!(event(5).key(), b"e");
+        assert_eq!(
+            (third.revision, third.key(), third.value()),
+            (3, &b"c"[..], Some(&[3][..]))
         );
     }
 

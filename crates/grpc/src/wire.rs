@@ -131,7 +131,10 @@ pub(crate) struct EventWire {
 }
 
 impl EventFields<'_> {
-    pub(crate) fn encode(&self) -> EventWire {
+    /// Encodes the event, into `reuse`'s allocation when it has the encoding's exact length
+    /// (an event of the same shape as the one it held: see `hub::make_event`), else into a
+    /// new one.
+    pub(crate) fn encode(&self, reuse: Box<[u8]>) -> EventWire {
         let kv_len = self
             .kv
             .as_ref()
@@ -145,7 +148,15 @@ impl EventFields<'_> {
             + prev_len
             + varint_field_len(self.reason as u64)
             + varint_field_len(self.revision);
-        let mut bytes = Vec::with_capacity(len);
+        let mut bytes = if reuse.len() == len {
+            let mut bytes = Vec::from(reuse);
+            bytes.clear();
+            bytes
+        } else {
+            #[cfg(test)]
+            crate::hub::FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
+            Vec::with_capacity(len)
+        };
         // Enum fields are int32: a negative one would take 10 bytes; these never are.
         put_varint_field(&mut bytes, 1, self.kind as u64);
         let (key_at, value_at) = match &self.kv {

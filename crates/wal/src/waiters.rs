@@ -30,7 +30,7 @@
 //! removes its own entry). A wake that comes after a waiter found its LSN covered on its own
 //! is harmless: a waiter always looks at the mark again.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,12 +54,29 @@ pub(crate) struct Watermark {
     waiters: Mutex<Registry>,
 }
 
+/// The entries, sorted by key in a ring buffer: the entries a mark covers are a prefix, and
+/// a new entry goes to the back or near it (LSNs are handed out in the order waiters mostly
+/// arrive), so that registering, waking a prefix and leaving allocate nothing once the
+/// buffer has grown (a `BTreeMap` allocated and freed nodes for them: with the log's syncer
+/// freeing what connection threads allocated, about 1% of a SYNC set's server CPU,
+/// docs/BENCHMARKS.md).
 #[derive(Default)]
 struct Registry {
-    /// By key: the entries a mark covers are a prefix.
-    waiting: BTreeMap<Key, Waker>,
+    waiting: VecDeque<(Key, Waker)>,
     /// Arrival counter that keeps keys unique.
     seq: u64,
+    /// The wakers of the last advance, taken out under the lock and woken after it; kept for
+    /// their room.
+    spare: Vec<Waker>,
+}
+
+impl Registry {
+    /// Where `key` is, or would go.
+    fn find(&self, key: Key) -> Result<usize, usize> {
+        // Most lookups are for entries near the back (new ones) or the front (covered ones);
+        // a binary search finds both in a few steps.
+        self.waiting.binary_search_by(|(k, _)| k.cmp(&key))
+    }
 }
 
 impl Watermark {
@@ -77,17 +94,24 @@ impl Watermark {
     /// Raises the mark to `to` (never lowers it) and wakes every waiter it covers.
     pub fn advance(&self, to: Lsn) {
         let now = self.value.fetch_max(to, Ordering::AcqRel).max(to);
-        let covered = {
+        let mut covered = {
             let mut g = self.waiters.lock();
-            // The entries above the mark stay: keys from (now + 1, 0) on.
-            let above = match now.checked_add(1) {
-                Some(next) => g.waiting.split_off(&(next, 0)),
-                None => BTreeMap::new(),
-            };
-            std::mem::replace(&mut g.waiting, above)
+            // The entries above the mark stay.
+            let k = g.waiting.partition_point(|((lsn, _), _)| *lsn <= now);
+            if k == 0 {
+                return;
+            }
+            let mut covered = std::mem::take(&mut g.spare);
+            covered.extend(g.waiting.drain(..k).map(|(_, w)| w));
+            covered
         };
-        for w in covered.into_values() {
+        for w in covered.drain(..) {
             w.wake();
+        }
+        // Give the room back (another advance may have put one there meanwhile: keep one).
+        let mut g = self.waiters.lock();
+        if g.spare.capacity() < covered.capacity() {
+            g.spare = covered;
         }
     }
 
@@ -97,19 +121,25 @@ impl Watermark {
         let mut g = self.waiters.lock();
         g.seq += 1;
         let key = (lsn, g.seq);
-        g.waiting.insert(key, waker.clone());
+        let at = match g.waiting.back() {
+            Some((last, _)) if *last > key => g.find(key).unwrap_or_else(|at| at),
+            _ => g.waiting.len(),
+        };
+        g.waiting.insert(at, (key, waker.clone()));
         key
     }
 
     /// A waiter polled again: keeps its entry with the waker of this poll.
     fn renew(&self, key: Key, waker: &Waker) {
         let mut g = self.waiters.lock();
-        match g.waiting.get_mut(&key) {
-            Some(w) if w.will_wake(waker) => {}
-            Some(w) => *w = waker.clone(),
-            None => {
-                g.waiting.insert(key, waker.clone());
+        match g.find(key) {
+            Ok(at) => {
+                let w = &mut g.waiting[at].1;
+                if !w.will_wake(waker) {
+                    *w = waker.clone();
+                }
             }
+            Err(at) => g.waiting.insert(at, (key, waker.clone())),
         }
     }
 
@@ -123,10 +153,14 @@ impl Watermark {
         let mut ready: [Option<Waker>; FAN_OUT] = Default::default();
         {
             let mut g = self.waiters.lock();
-            g.waiting.remove(&leaving);
+            if let Ok(at) = g.find(leaving) {
+                g.waiting.remove(at);
+            }
             for slot in ready.iter_mut() {
-                match g.waiting.first_entry() {
-                    Some(e) if e.key().0 <= mark => *slot = Some(e.remove()),
+                match g.waiting.front() {
+                    Some(((lsn, _), _)) if *lsn <= mark => {
+                        *slot = g.waiting.pop_front().map(|(_, w)| w);
+                    }
                     _ => break,
                 }
             }
@@ -139,7 +173,7 @@ impl Watermark {
     /// Wakes every waiter: the log stopped, and each sees it.
     pub fn wake_all(&self) {
         let all = std::mem::take(&mut self.waiters.lock().waiting);
-        for w in all.into_values() {
+        for (_, w) in all {
             w.wake();
         }
     }
@@ -334,6 +368,41 @@ mod tests {
         assert_eq!(mark.waiting(), FAN_OUT);
         drop(later);
         assert_eq!(mark.waiting(), 0);
+    }
+
+    #[test]
+    fn waiters_that_arrive_out_of_lsn_order_are_woken_by_their_own_lsn() {
+        let mark = Watermark::new(0);
+        let flag = Flag::default();
+        // Connection threads register in the order they get to it, not in LSN order.
+        let lsns: [Lsn; 8] = [5, 2, 9, 2, 7, 1, 8, 3];
+        let counts: Vec<Arc<Count>> = lsns.iter().map(|_| Arc::default()).collect();
+        let mut waiters: Vec<_> = lsns
+            .iter()
+            .map(|&lsn| Box::pin(reach(&mark, &flag, lsn)))
+            .collect();
+        for (w, count) in waiters.iter_mut().zip(&counts) {
+            let waker = Waker::from(Arc::clone(count));
+            assert!(w
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+        }
+        // One in the middle leaves before any advance: only its own entry goes.
+        drop(waiters.remove(4));
+        assert_eq!(mark.waiting(), 7);
+        mark.advance(5);
+        let woken: Vec<u64> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(
+            woken,
+            vec![1, 1, 0, 1, 0, 1, 0, 1],
+            "LSNs 5, 2, 2, 1 and 3, no other"
+        );
+        assert_eq!(mark.waiting(), 2, "9 and 8 wait");
+        mark.advance(8);
+        assert_eq!(counts[6].0.load(Ordering::Relaxed), 1, "8 is woken");
+        assert_eq!(counts[2].0.load(Ordering::Relaxed), 0, "9 is not");
+        assert_eq!(mark.waiting(), 1);
     }
 
     #[test]
