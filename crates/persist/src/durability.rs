@@ -54,7 +54,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
-use cairn_wal::{Listener, Lsn, Marks, WalError};
+use cairn_wal::{Listener, Lsn, Marks, Reach, WalError};
 
 use crate::sink::TICKET_LSN;
 use crate::{Mode, PersistError, Persistence};
@@ -213,6 +213,17 @@ impl Persistence {
     /// The highest LSN fdatasync'd (survives a power loss).
     pub fn durable_lsn(&self) -> Lsn {
         self.log.durable_lsn()
+    }
+
+    /// Resolves once `lsn` is safe in the mode in force now (the mark
+    /// [`Self::acknowledged`] waits for, without the replication gate), or with the error
+    /// that stopped the log. For a front end that keeps one wait for many requests (the
+    /// io_uring engine's connection threads).
+    pub fn safe_reach(&self, lsn: Lsn) -> Reach<'_> {
+        match self.mode() {
+            Mode::Sync => self.log.durable(lsn),
+            _ => self.log.written(lsn),
+        }
     }
 
     /// The highest LSN safe in the mode in force: what a watcher may be shown.

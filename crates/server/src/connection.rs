@@ -153,7 +153,12 @@ const NOT_SAFE: &[u8] =
 async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
     if !c.unacked.is_empty() {
         let safe = match &ctx.persist {
-            Some(p) => p.acknowledged(c.unacked).await,
+            Some(p) => {
+                if let Some(lsn) = c.unacked.lsn() {
+                    crate::uring::until_safe(p, lsn).await;
+                }
+                p.acknowledged(c.unacked).await
+            }
             None => Ok(()),
         };
         if let Err(e) = safe {

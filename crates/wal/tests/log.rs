@@ -1506,7 +1506,9 @@ fn async_writes_on_a_direct_tail_are_whole_blocks_after_the_cache_is_dropped() {
     assert!(segments >= 2, "rolled over: {segments} segments");
     let writes = fs.writes();
     let async_writes = &writes[writes_before..];
-    assert!(async_writes.len() > 10);
+    // How many depends on how the appends batched (under load the syncer may take most of
+    // them at once; once a 10 was seen here): at least one a segment.
+    assert!(async_writes.len() >= 2, "{} writes", async_writes.len());
     for (path, offset, len) in async_writes {
         assert!(
             offset % 4096 == 0 && len % 4096 == 0,
