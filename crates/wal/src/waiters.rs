@@ -340,25 +340,41 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_advance_wakes_every_covered_waiter_itself_and_no_other() {
-        let mark = Watermark::new(0);
-        let flag = Flag::default();
-        let counts: Vec<Arc<Count>> = (0..3 * FAN_OUT).map(|_| Arc::default()).collect();
-        let mut waiters: Vec<_> = (1..=3 * FAN_OUT as Lsn)
-            .map(|lsn| Box::pin(reach(&mark, &flag, lsn)))
-            .collect();
-        for (w, count) in waiters.iter_mut().zip(&counts) {
-            let waker = Waker::from(Arc::clone(count));
+    /// A waiter for each LSN, polled once (pending) with a waker that counts its wakes.
+    #[allow(clippy::type_complexity)]
+    fn pending_waiters<'a>(
+        mark: &'a Watermark,
+        flag: &'a Flag,
+        lsns: impl IntoIterator<Item = Lsn>,
+    ) -> (Vec<Pin<Box<Reach<'a>>>>, Vec<Arc<Count>>) {
+        let (mut waiters, mut counts) = (Vec::new(), Vec::new());
+        for lsn in lsns {
+            let mut w = Box::pin(reach(mark, flag, lsn));
+            let count = Arc::<Count>::default();
+            let waker = Waker::from(Arc::clone(&count));
             assert!(w
                 .as_mut()
                 .poll(&mut Context::from_waker(&waker))
                 .is_pending());
+            waiters.push(w);
+            counts.push(count);
         }
+        (waiters, counts)
+    }
+
+    fn wakes(counts: &[Arc<Count>]) -> Vec<u64> {
+        counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect()
+    }
+
+    #[test]
+    fn an_advance_wakes_every_covered_waiter_itself_and_no_other() {
+        let mark = Watermark::new(0);
+        let flag = Flag::default();
+        let (mut waiters, counts) = pending_waiters(&mark, &flag, 1..=3 * FAN_OUT as Lsn);
         // More covered waiters than FAN_OUT, none of them polled after the advance: every
         // covered one is woken by the advance itself, exactly once, and no later one.
         mark.advance(2 * FAN_OUT as Lsn);
-        let woken: Vec<u64> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        let woken = wakes(&counts);
         assert_eq!(woken[..2 * FAN_OUT], vec![1; 2 * FAN_OUT]);
         assert_eq!(woken[2 * FAN_OUT..], vec![0; FAN_OUT]);
         assert_eq!(mark.waiting(), FAN_OUT);
@@ -376,23 +392,12 @@ mod tests {
         let flag = Flag::default();
         // Connection threads register in the order they get to it, not in LSN order.
         let lsns: [Lsn; 8] = [5, 2, 9, 2, 7, 1, 8, 3];
-        let counts: Vec<Arc<Count>> = lsns.iter().map(|_| Arc::default()).collect();
-        let mut waiters: Vec<_> = lsns
-            .iter()
-            .map(|&lsn| Box::pin(reach(&mark, &flag, lsn)))
-            .collect();
-        for (w, count) in waiters.iter_mut().zip(&counts) {
-            let waker = Waker::from(Arc::clone(count));
-            assert!(w
-                .as_mut()
-                .poll(&mut Context::from_waker(&waker))
-                .is_pending());
-        }
+        let (mut waiters, counts) = pending_waiters(&mark, &flag, lsns);
         // One in the middle leaves before any advance: only its own entry goes.
         drop(waiters.remove(4));
         assert_eq!(mark.waiting(), 7);
         mark.advance(5);
-        let woken: Vec<u64> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        let woken = wakes(&counts);
         assert_eq!(
             woken,
             vec![1, 1, 0, 1, 0, 1, 0, 1],
