@@ -331,9 +331,9 @@ fn keep_as_spare(e: Arc<Event>) {
 /// The event of `m` at `revision`, made in this thread's spare event when it has one that no
 /// reader holds any more: its `Arc` is reused, and its bytes when the new event has their
 /// length (an event of the same shape: same key and value lengths). Freeing an old event
-/// and making a new one cost about 5% of a SYNC set's server CPU (the old one is out of the
-/// caches, and with the server's one malloc arena every free beyond the thread's cache
-/// takes the arena's lock; docs/BENCHMARKS.md).
+/// and making a new one cost about 3.5% of a SYNC set's server CPU (the old one is out of
+/// the caches, and with the server's one malloc arena every free beyond the thread's cache
+/// takes the arena's lock; docs/BENCHMARKS.md, "SYNC without malloc").
 fn make_event(m: &Mutation<'_>, revision: Revision) -> Option<Arc<Event>> {
     let mut spare = SPARE.with(Cell::take);
     let Some(old) = spare.as_mut().and_then(Arc::get_mut) else {
