@@ -1506,8 +1506,8 @@ fn async_writes_on_a_direct_tail_are_whole_blocks_after_the_cache_is_dropped() {
     assert!(segments >= 2, "rolled over: {segments} segments");
     let writes = fs.writes();
     let async_writes = &writes[writes_before..];
-    // How many depends on how the appends batched (under load the syncer may take most of
-    // them at once; once a 10 was seen here): at least one a segment.
+    // How many depends on how the appends batched, which depends on the scheduling (under
+    // the full test suite's load 10 or fewer were seen once): at least one a segment.
     assert!(async_writes.len() >= 2, "{} writes", async_writes.len());
     for (path, offset, len) in async_writes {
         assert!(
