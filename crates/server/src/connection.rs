@@ -104,6 +104,13 @@ async fn answer_until_closed<S: Transport>(
     let mut signal = shutdown.clone();
     let stopping = signal.changed();
     tokio::pin!(stopping);
+    // `stopping` registers the task's waker with the watch when it is first polled; after
+    // that it is polled again only once the watch moved (`has_changed`, an atomic load).
+    // Polling it at every wait for the client took the watch's lock each time, one lock for
+    // all connections (0.6% of a persistence-off set's server CPU, docs/BENCHMARKS.md, "The
+    // shutdown watch"). A task's waker is the same for its whole life on both engines, so
+    // the first registration stands.
+    let mut stopping_polled = false;
     loop {
         let flow = match answer_batch(ctx, c).await {
             Ok(flow) => flow,
@@ -138,7 +145,13 @@ async fn answer_until_closed<S: Transport>(
                     read_since_yield += n;
                 }
             },
-            _ = &mut stopping => return,
+            _ = std::future::poll_fn(|cx| {
+                if stopping_polled && !shutdown.has_changed().unwrap_or(true) {
+                    return std::task::Poll::Pending;
+                }
+                stopping_polled = true;
+                std::future::Future::poll(stopping.as_mut(), cx)
+            }) => return,
         }
     }
 }
