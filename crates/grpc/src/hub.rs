@@ -365,15 +365,16 @@ struct Pending {
     slots: VecDeque<Slot>,
     /// The revision of `slots[0]`: published + 1.
     base: Revision,
-    /// Small events that fell off the ring in a drain, left for the writers to free (see
-    /// [`Hub::fill`]); at most [`FALLEN_MAX`].
+    /// Small events that fell off the ring in a drain, left for the writers to reuse or free
+    /// (see [`Hub::fill`]); at most [`FALLEN_MAX`].
     fallen: Vec<Arc<Event>>,
 }
 
-/// How many fallen events wait for the writers to free them; a drain frees the rest itself.
+/// How many fallen events wait for the writers; a drain frees the rest itself.
 const FALLEN_MAX: usize = 4096;
 
-/// Events up to this size go to the writers to be freed; a larger one is freed where it falls.
+/// Events up to this size go to the writers (and become a thread's spare); a larger one is
+/// freed where it falls.
 const FALLEN_MAX_EVENT_BYTES: usize = 1024;
 
 /// A drain's buffers, kept between drains with their room so that a drain allocates nothing.
@@ -639,7 +640,7 @@ impl Hub {
             let handed = fallen.len().min(room);
             p.fallen.extend(fallen.drain(..handed));
             drop(p);
-            // More than the writers are left to free: freed here.
+            // More than may wait for the writers: freed here.
             fallen.clear();
         }
     }
@@ -825,7 +826,8 @@ mod tests {
     }
 
     /// A fed hub's drain leaves the small events that fall off the ring to the writers, who
-    /// free two a revision, and keeps at most `FALLEN_MAX` of them waiting.
+    /// take one a revision (two past half the bound), and keeps at most `FALLEN_MAX` of them
+    /// waiting.
     #[test]
     fn a_fed_hub_leaves_fallen_events_to_the_writers() {
         let size = Event::from_mutation(&put(b"k", &[0]), 1)
