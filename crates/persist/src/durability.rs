@@ -27,7 +27,10 @@
 //! default), two:
 //! - the kernel's read from the socket lands in the connection's input buffer, and the parser
 //!   borrows the value from there (`Request::Store::value` is a `Cow::Borrowed` of the input,
-//!   cairn-proto), no copy;
+//!   cairn-proto), no copy. On the io_uring engine's multishot receives (the default where
+//!   the kernel has them) the kernel's read lands in a buffer the thread provides and each
+//!   completion is copied out of it into the connection's arrivals, which become its input
+//!   (cairn-server's `uring` module): one more copy, before the two below;
 //! - (1) input buffer -> the item in the store's segment (`Entry::store`);
 //! - (2) the item -> the log's pending buffer, framed with its CRC under the log's lock
 //!   (`Log::append_parts`, the value passed as a part of its own, not copied before);

@@ -100,25 +100,38 @@ pub enum StoreKind {
 }
 
 /// The keys of a retrieval line, held as one buffer (`k1 k2 k3`) rather than one allocation per
-/// key, so a line of a hundred thousand keys costs its own bytes and no more.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KeyList {
-    /// The keys, each followed by one space.
-    joined: Vec<u8>,
+/// key, so a line of a hundred thousand keys costs its own bytes and no more. A parsed line's
+/// list borrows the line's own stretch of keys: a `get` allocates nothing for its keys.
+#[derive(Clone, Debug, Default)]
+pub struct KeyList<'a> {
+    /// The keys, separated by one or more spaces.
+    joined: Cow<'a, [u8]>,
     count: usize,
 }
 
-impl KeyList {
+impl<'a> KeyList<'a> {
     /// A list of these keys (each non-empty and without spaces).
-    pub fn new<'k>(keys: impl IntoIterator<Item = &'k [u8]>) -> KeyList {
-        let mut list = KeyList::default();
+    pub fn new<'k>(keys: impl IntoIterator<Item = &'k [u8]>) -> KeyList<'static> {
+        let mut joined = Vec::new();
+        let mut count = 0;
         for k in keys {
             debug_assert!(!k.is_empty() && !k.contains(&b' '));
-            list.joined.extend_from_slice(k);
-            list.joined.push(b' ');
-            list.count += 1;
+            joined.extend_from_slice(k);
+            joined.push(b' ');
+            count += 1;
         }
-        list
+        KeyList {
+            joined: Cow::Owned(joined),
+            count,
+        }
+    }
+
+    /// The `count` keys of the stretch of a line that holds them (`k1 k2  k3`).
+    pub(crate) fn borrowed(joined: &'a [u8], count: usize) -> KeyList<'a> {
+        KeyList {
+            joined: Cow::Borrowed(joined),
+            count,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -135,10 +148,21 @@ impl KeyList {
     }
 }
 
-/// One parsed client request. Keys are owned copies of the input bytes; a storage command's
-/// value is borrowed from the input (`Cow::Borrowed`: the parser copies no value, see
-/// cairn-persist's durability module for the copies between socket and disk), or owned when
-/// a front end builds the request itself.
+/// Two lists are equal when they hold the same keys in the same order, however many spaces
+/// separate them.
+impl PartialEq for KeyList<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.count == other.count && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for KeyList<'_> {}
+
+/// One parsed client request. Its keys and a storage command's value are borrowed from the
+/// input (`Cow::Borrowed`: the parser copies no key and no value, so a `get` or a `set`
+/// allocates nothing; see cairn-persist's durability module for the copies of a value between
+/// socket and disk), or owned when a front end builds the request itself or a key came in
+/// base64.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
     /// get/gets <key>* and gat/gats <exptime> <key>*.
@@ -146,12 +170,12 @@ pub enum Request<'a> {
         kind: GetKind,
         /// Only for gat/gats: the new expiration time as sent (relative or absolute).
         exptime: Option<i64>,
-        keys: KeyList,
+        keys: KeyList<'a>,
     },
     /// set/add/replace/append/prepend/cas.
     Store {
         kind: StoreKind,
-        key: Vec<u8>,
+        key: Cow<'a, [u8]>,
         flags: u32,
         exptime: i64,
         /// Only meaningful for `cas`.
@@ -160,18 +184,18 @@ pub enum Request<'a> {
         noreply: bool,
     },
     Delete {
-        key: Vec<u8>,
+        key: Cow<'a, [u8]>,
         noreply: bool,
     },
     /// incr (true) / decr (false).
     Arith {
         incr: bool,
-        key: Vec<u8>,
+        key: Cow<'a, [u8]>,
         delta: u64,
         noreply: bool,
     },
     Touch {
-        key: Vec<u8>,
+        key: Cow<'a, [u8]>,
         exptime: i64,
         noreply: bool,
     },

@@ -95,16 +95,18 @@ pub struct MetaFlags {
     pub initial: Option<u64>,
     /// x: md removes the value but keeps the item.
     pub remove_value: bool,
-    /// Every flag letter in request order: return flags are answered in this order.
-    pub order: Vec<u8>,
+    /// Every flag letter in request order: return flags are answered in this order. On the
+    /// stack (a line holds 24 words at most before it spills).
+    pub order: smallvec::SmallVec<[u8; 24]>,
 }
 
 /// One meta request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaRequest<'a> {
     pub cmd: MetaCmd,
-    /// The key, decoded from base64 if `b` was given. Empty for `mn`.
-    pub key: Vec<u8>,
+    /// The key, decoded from base64 if `b` was given (owned then, borrowed from the input
+    /// otherwise). Empty for `mn`.
+    pub key: Cow<'a, [u8]>,
     pub flags: MetaFlags,
     /// The data block of `ms`.
     pub value: Option<Cow<'a, [u8]>>,
@@ -118,7 +120,7 @@ impl MetaRequest<'_> {
                 .encode(&self.key)
                 .into_bytes()
         } else {
-            self.key.clone()
+            self.key.to_vec()
         }
     }
 }
@@ -219,17 +221,17 @@ fn parse_flags(cmd: MetaCmd, words: &[&[u8]], line_len: usize) -> Result<MetaFla
     Ok(f)
 }
 
-fn decode_key(
-    raw: &[u8],
+fn decode_key<'a>(
+    raw: &'a [u8],
     base64: bool,
     limits: &Limits,
     line_len: usize,
-) -> Result<Vec<u8>, ProtocolError> {
+) -> Result<Cow<'a, [u8]>, ProtocolError> {
     if !base64 {
         if !key_is_valid(raw, limits) {
             return Err(ProtocolError::client("bad command line format", line_len));
         }
-        return Ok(raw.to_vec());
+        return Ok(Cow::Borrowed(raw));
     }
     // A base64 key may be longer on the wire than the key limit; the decoded key may not.
     if raw.len() > limits.max_key_len.div_ceil(3) * 4 {
@@ -241,12 +243,12 @@ fn decode_key(
     if key.is_empty() || key.len() > limits.max_key_len {
         return Err(ProtocolError::client("bad command line format", line_len));
     }
-    Ok(key)
+    Ok(Cow::Owned(key))
 }
 
 pub(crate) fn parse<'a>(
     cmd_word: &[u8],
-    args: &[&[u8]],
+    args: &[&'a [u8]],
     buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
@@ -262,7 +264,7 @@ pub(crate) fn parse<'a>(
     if cmd == MetaCmd::Noop {
         let req = MetaRequest {
             cmd,
-            key: Vec::new(),
+            key: Cow::Borrowed(&[]),
             flags: MetaFlags::default(),
             value: None,
         };
@@ -288,7 +290,7 @@ pub(crate) fn parse<'a>(
             // As `set`: a refused set leaves no stale value behind.
             let set = matches!(flags.mode, None | Some(MetaMode::Set));
             return Err(ProtocolError {
-                forget: set.then_some(key),
+                forget: set.then(|| key.into_owned()),
                 ..refuse_block(ErrorKind::TooLarge, line_len, len)
             });
         }

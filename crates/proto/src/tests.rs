@@ -76,7 +76,7 @@ fn storage_needs_the_whole_block() {
         r,
         Request::Store {
             kind: StoreKind::Set,
-            key: b"k".to_vec(),
+            key: b"k"[..].into(),
             flags: 1,
             exptime: 2,
             cas_unique: 0,
@@ -168,7 +168,7 @@ fn other_commands() {
     assert_eq!(
         ok(b"delete k 0 noreply\r\n").0,
         Request::Delete {
-            key: b"k".to_vec(),
+            key: b"k"[..].into(),
             noreply: true
         }
     );
@@ -181,7 +181,7 @@ fn other_commands() {
     assert!(
         ok(b"delete k noreply\r\n").0
             == Request::Delete {
-                key: b"k".to_vec(),
+                key: b"k"[..].into(),
                 noreply: true
             }
     );
@@ -196,7 +196,7 @@ fn other_commands() {
         ok(b"decr k 18446744073709551615\r\n").0,
         Request::Arith {
             incr: false,
-            key: b"k".to_vec(),
+            key: b"k"[..].into(),
             delta: u64::MAX,
             noreply: false
         }
@@ -212,7 +212,7 @@ fn other_commands() {
     assert_eq!(
         ok(b"touch k 10 noreply\r\n").0,
         Request::Touch {
-            key: b"k".to_vec(),
+            key: b"k"[..].into(),
             exptime: 10,
             noreply: true
         }
@@ -363,7 +363,7 @@ fn meta_requests() {
     let (r, _) = ok(b"mg foo v t c f Oab q\r\n");
     let Request::Meta(m) = r else { panic!("meta") };
     assert_eq!(m.cmd, MetaCmd::Get);
-    assert_eq!(m.key, b"foo");
+    assert_eq!(*m.key, *b"foo");
     assert!(m.flags.return_value && m.flags.return_ttl && m.flags.quiet);
     assert_eq!(m.flags.opaque.as_deref(), Some(&b"ab"[..]));
 
@@ -377,7 +377,7 @@ fn meta_requests() {
 
     let (r, _) = ok(b"mg Zm9v b k v\r\n");
     let Request::Meta(m) = r else { panic!("meta") };
-    assert_eq!(m.key, b"foo");
+    assert_eq!(*m.key, *b"foo");
     assert_eq!(m.wire_key(), b"Zm9v");
 
     let (r, _) = ok(b"mn\r\n");
@@ -527,7 +527,7 @@ fn keys_hold_any_byte_but_space_and_nul() {
         );
         let set = [b"set ", key, b" 0 0 1\r\nx\r\n"].concat();
         assert!(
-            matches!(ok(&set).0, Request::Store { key: ref k, .. } if k == key),
+            matches!(ok(&set).0, Request::Store { key: ref k, .. } if **k == *key),
             "set {key:?}"
         );
         let mg = [b"mg ", key, b" v\r\n"].concat();

@@ -18,6 +18,9 @@ use crate::{
     ShutdownMode, StoreKind, MAX_DATA_LEN,
 };
 
+/// A line's words after the command: memcached's tokenizer keeps 24 tokens on its stack.
+type Words<'a> = smallvec::SmallVec<[&'a [u8]; 24]>;
+
 /// Splits one line into words on spaces (memcached's tokenizer), ignoring empty words.
 pub(crate) fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
     line.split(|&b| b == b' ').filter(|w| !w.is_empty())
@@ -112,12 +115,14 @@ pub(crate) fn parse<'a>(
     let Some(cmd) = it.next() else {
         return Err(ProtocolError::unknown(line_len));
     };
-    let args: Vec<&[u8]> = it.collect();
+    // The words after the command, on the stack up to a meta command's worth (a get of more
+    // keys spills to the heap): a request allocates nothing to be split.
+    let args: Words<'_> = it.collect();
     let request = match cmd {
-        b"get" => retrieval(GetKind::Get, &args, line_len, limits)?,
-        b"gets" => retrieval(GetKind::Gets, &args, line_len, limits)?,
-        b"gat" => retrieval(GetKind::Gat, &args, line_len, limits)?,
-        b"gats" => retrieval(GetKind::Gats, &args, line_len, limits)?,
+        b"get" => retrieval(GetKind::Get, line, &args, line_len, limits)?,
+        b"gets" => retrieval(GetKind::Gets, line, &args, line_len, limits)?,
+        b"gat" => retrieval(GetKind::Gat, line, &args, line_len, limits)?,
+        b"gats" => retrieval(GetKind::Gats, line, &args, line_len, limits)?,
         b"set" => return storage(StoreKind::Set, &args, buf, line_len, limits),
         b"add" => return storage(StoreKind::Add, &args, buf, line_len, limits),
         b"replace" => return storage(StoreKind::Replace, &args, buf, line_len, limits),
@@ -173,12 +178,15 @@ fn ends_in_noreply(args: &[&[u8]]) -> bool {
     args.last() == Some(&&b"noreply"[..])
 }
 
-fn retrieval(
+/// get/gets `<key>*` and gat/gats `<exptime> <key>*`; `args` are the words of `line` after
+/// the command.
+fn retrieval<'a>(
     kind: GetKind,
-    args: &[&[u8]],
+    line: &'a [u8],
+    args: &[&'a [u8]],
     line_len: usize,
     limits: &Limits,
-) -> Result<Request<'static>, ProtocolError> {
+) -> Result<Request<'a>, ProtocolError> {
     let (exptime, keys) = match kind {
         GetKind::Get | GetKind::Gets => (None, args),
         GetKind::Gat | GetKind::Gats => {
@@ -199,10 +207,19 @@ fn retrieval(
     if !keys.iter().all(|k| key_is_valid(k, limits)) {
         return Err(bad_format(line_len));
     }
+    // The keys are the stretch of the line from the first key's start to the last one's end.
+    let keys = match (keys.first(), keys.last()) {
+        (Some(first), Some(last)) => {
+            let start = first.as_ptr() as usize - line.as_ptr() as usize;
+            let end = last.as_ptr() as usize - line.as_ptr() as usize + last.len();
+            KeyList::borrowed(&line[start..end], keys.len())
+        }
+        _ => KeyList::default(),
+    };
     Ok(Request::Get {
         kind,
         exptime,
-        keys: KeyList::new(keys.iter().copied()),
+        keys,
     })
 }
 
@@ -235,7 +252,7 @@ pub(crate) fn refuse_block(kind: ErrorKind, line_len: usize, len: usize) -> Prot
 /// cas `<key> <flags> <exptime> <bytes> <cas unique> [noreply]`.
 fn storage<'a>(
     kind: StoreKind,
-    args: &[&[u8]],
+    args: &[&'a [u8]],
     buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
@@ -278,7 +295,7 @@ fn storage<'a>(
     Ok(Some((
         Request::Store {
             kind,
-            key: args[0].to_vec(),
+            key: Cow::Borrowed(args[0]),
             flags,
             exptime,
             cas_unique,
@@ -290,11 +307,11 @@ fn storage<'a>(
 }
 
 /// delete `<key> [0] [noreply]` (the 0 is what is left of a hold time memcached dropped).
-fn delete(
-    args: &[&[u8]],
+fn delete<'a>(
+    args: &[&'a [u8]],
     line_len: usize,
     limits: &Limits,
-) -> Result<Request<'static>, ProtocolError> {
+) -> Result<Request<'a>, ProtocolError> {
     const USAGE: &str = "bad command line format.  Usage: delete <key> [noreply]";
     if args.is_empty() || args.len() > 3 {
         return Err(ProtocolError::unknown(line_len));
@@ -312,18 +329,18 @@ fn delete(
         return Err(bad_format(line_len).quiet_if(noreply));
     }
     Ok(Request::Delete {
-        key: args[0].to_vec(),
+        key: Cow::Borrowed(args[0]),
         noreply,
     })
 }
 
 /// incr/decr `<key> <delta> [noreply]`.
-fn arith(
+fn arith<'a>(
     incr: bool,
-    args: &[&[u8]],
+    args: &[&'a [u8]],
     line_len: usize,
     limits: &Limits,
-) -> Result<Request<'static>, ProtocolError> {
+) -> Result<Request<'a>, ProtocolError> {
     if !(2..=3).contains(&args.len()) {
         return Err(ProtocolError::unknown(line_len));
     }
@@ -336,18 +353,18 @@ fn arith(
     })?;
     Ok(Request::Arith {
         incr,
-        key: args[0].to_vec(),
+        key: Cow::Borrowed(args[0]),
         delta,
         noreply,
     })
 }
 
 /// touch `<key> <exptime> [noreply]`.
-fn touch(
-    args: &[&[u8]],
+fn touch<'a>(
+    args: &[&'a [u8]],
     line_len: usize,
     limits: &Limits,
-) -> Result<Request<'static>, ProtocolError> {
+) -> Result<Request<'a>, ProtocolError> {
     if !(2..=3).contains(&args.len()) {
         return Err(ProtocolError::unknown(line_len));
     }
@@ -359,7 +376,7 @@ fn touch(
         ProtocolError::client("invalid exptime argument", line_len).quiet_if(noreply)
     })?;
     Ok(Request::Touch {
-        key: args[0].to_vec(),
+        key: Cow::Borrowed(args[0]),
         exptime,
         noreply,
     })

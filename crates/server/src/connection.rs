@@ -222,7 +222,6 @@ async fn write<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
     Ok(())
 }
 
-/// Adds the writes of the request just executed to what the output waits for.
 /// Appends `SERVER_ERROR <head><why>`, `why` kept to one line.
 fn server_error(out: &mut Vec<u8>, head: &str, why: &str) {
     out.extend_from_slice(b"SERVER_ERROR ");
@@ -231,6 +230,7 @@ fn server_error(out: &mut Vec<u8>, head: &str, why: &str) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Adds the writes of the request just executed to what the output waits for.
 fn note_writes<S>(c: &mut Conn<S>) {
     c.unacked = c.unacked.merge(take_ticket());
 }
@@ -264,24 +264,28 @@ fn authenticate(ctx: &Ctx, authenticated: &mut bool, output: &mut Vec<u8>, reque
 
 /// Answers every complete request in the input.
 async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<Flow, Stop> {
+    // The input leaves the connection for the batch: a request borrows its keys and value
+    // from it, and lives across flushes of the connection's output (a long multi-get).
+    let mut input = std::mem::take(&mut c.input);
     let mut start = 0;
     let mut this_turn = 0;
-    // A request's latency runs from the end of the one before it (or from here, for the
-    // first): one clock read per request instead of a pair. Waits between requests (a
+    // A request's latency runs from the end of the one before it, or for the first from
+    // here (on the io_uring engine from the start of the thread's turn, which it read
+    // already): one clock read per request instead of a pair. Waits between requests (a
     // yield, a flush) move the mark.
-    let mut mark = std::time::Instant::now();
+    let mut mark = crate::uring::turn_started().unwrap_or_else(std::time::Instant::now);
     // Clear whatever an earlier task on this thread left behind.
     take_ticket();
     let flow = loop {
         if c.swallow > 0 {
-            let n = c.swallow.min(c.input.len() - start);
+            let n = c.swallow.min(input.len() - start);
             start += n;
             c.swallow -= n;
             if c.swallow > 0 {
                 break Flow::Continue;
             }
         }
-        match parse(&c.input[start..], &ctx.limits) {
+        match parse(&input[start..], &ctx.limits) {
             Ok(None) => break Flow::Continue,
             Ok(Some((request, used))) => {
                 start += used;
@@ -386,6 +390,7 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
             mark = std::time::Instant::now();
         }
     };
-    c.input.drain(..start);
+    input.drain(..start);
+    c.input = input;
     Ok(flow)
 }

@@ -44,6 +44,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
@@ -564,6 +565,17 @@ thread_local! {
     static SAFE_WAITS: RefCell<Option<SafeWaits>> = const { RefCell::new(None) };
     /// The thread's [`MarkWaker`] was woken on the thread itself.
     static MARK_WOKEN_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// When the thread's current turn began polling its tasks (see [`turn_started`]).
+    static TURN_STARTED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// On a connection thread of this engine, when its current turn began polling the tasks that
+/// the turn's completions woke, so after their input had arrived: a connection starts its
+/// requests' latencies from it instead of reading the clock once more for each batch (one
+/// clock read a turn, not one a connection; docs/BENCHMARKS.md, "No allocation and one clock
+/// read a request"). `None` on other threads.
+pub(crate) fn turn_started() -> Option<Instant> {
+    TURN_STARTED.with(std::cell::Cell::get)
 }
 
 impl Driver {
@@ -936,8 +948,15 @@ impl Socket {
             };
             if !a.bytes.is_empty() {
                 let n = a.bytes.len();
-                buf.extend_from_slice(&a.bytes);
-                a.bytes.clear();
+                if buf.is_empty() {
+                    // The usual case, nothing left over from the last batch: what arrived
+                    // becomes the input, and the input's empty buffer takes its place, with
+                    // no copy (both settle at the connection's input size).
+                    std::mem::swap(buf, &mut a.bytes);
+                } else {
+                    buf.extend_from_slice(&a.bytes);
+                    a.bytes.clear();
+                }
                 return Poll::Ready(Ok(n));
             }
             match a.ended.take() {
@@ -1198,6 +1217,7 @@ fn run(
         .then(YieldGate::default);
     let result = loop {
         turn += 1;
+        TURN_STARTED.with(|t| t.set(Some(Instant::now())));
         let (jobs, mark_moved, stop) = {
             let mut inbox = shared.inbox.lock();
             this_turn.append(&mut inbox.woken);
