@@ -95,8 +95,8 @@ pub struct MetaFlags {
     pub initial: Option<u64>,
     /// x: md removes the value but keeps the item.
     pub remove_value: bool,
-    /// Every flag letter in request order: return flags are answered in this order. On the
-    /// stack (a line holds 24 words at most before it spills).
+    /// Every flag letter in request order: return flags are answered in this order. Held
+    /// inline up to 24 letters (memcached's token count); more spill to the heap.
     pub order: smallvec::SmallVec<[u8; 24]>,
 }
 
