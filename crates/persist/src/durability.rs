@@ -30,7 +30,8 @@
 //!   cairn-proto), no copy. On the io_uring engine's multishot receives (the default where
 //!   the kernel has them) the kernel's read lands in a buffer the thread provides and each
 //!   completion is copied out of it into the connection's arrivals, which become its input
-//!   (cairn-server's `uring` module): one more copy, before the two below;
+//!   (cairn-server's `uring` module): one more copy, before the two below (two more when a
+//!   partial request was left in the input: the arrivals are then copied onto it);
 //! - (1) input buffer -> the item in the store's segment (`Entry::store`);
 //! - (2) the item -> the log's pending buffer, framed with its CRC under the log's lock
 //!   (`Log::append_parts`, the value passed as a part of its own, not copied before);
