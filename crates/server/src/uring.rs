@@ -1113,7 +1113,11 @@ struct YieldGate {
 
 impl YieldGate {
     const WINDOW: u32 = 16;
-    const SLOW_MAX: u32 = 2;
+    /// Beside cairn-bench at 2x200 slow yields come in small clusters (about 0.1% of them);
+    /// a bound of 2 paused the yield for 7-23% of the threads' time there, a bound of 4 cost
+    /// 0.94x the CPU a request. Beside rpc-perf 44% were slow: a window passes 4 about 10%
+    /// of the time (docs/BENCHMARKS.md, "The turn's yield at 2x200").
+    const SLOW_MAX: u32 = 4;
     const SLOW: std::time::Duration = std::time::Duration::from_millis(1);
     const FIRST_PAUSE_MS: u64 = 100;
     const LONGEST_PAUSE_MS: u64 = 6_400;
@@ -1428,22 +1432,23 @@ mod tests {
         let ms = Duration::from_millis;
         let mut g = YieldGate::default();
         assert!(g.open(never));
-        // Two slow yields of a window are tolerated, and a window not yet full decides nothing.
-        window(&mut g, 2, t);
+        // Four slow yields of a window are tolerated, and a window not yet full decides
+        // nothing.
+        window(&mut g, 4, t);
         assert!(g.open(never));
         for _ in 0..YieldGate::WINDOW - 1 {
             g.yielded(SLOW, t);
         }
         assert!(g.open(never));
         g.yielded(SLOW, t);
-        // Three or more: paused for 100 ms from the window's end.
+        // Five or more: paused for 100 ms from the window's end.
         assert!(!g.open(|| t + ms(99)));
         assert!(g.open(|| t + ms(100)));
         assert!(g.open(never), "reopened: the clock is not read again");
         // Slow again after each pause: 200, 400, ... up to 6.4 s.
         let mut at = t + ms(100);
         for pause in [200, 400, 800, 1600, 3200, 6400, 6400] {
-            window(&mut g, 3, at);
+            window(&mut g, 5, at);
             assert!(!g.open(|| at + ms(pause - 1)), "pause {pause} ms");
             assert!(g.open(|| at + ms(pause)), "pause {pause} ms");
             at += ms(pause);
