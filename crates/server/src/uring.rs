@@ -1113,10 +1113,10 @@ struct YieldGate {
 
 impl YieldGate {
     const WINDOW: u32 = 16;
-    /// Beside cairn-bench at 2x200 slow yields come in small clusters (about 0.1% of them);
-    /// a bound of 2 paused the yield for 7-23% of the threads' time there, a bound of 4 cost
-    /// 0.94x the CPU a request. Beside rpc-perf 44% were slow: a window passes 4 about 10%
-    /// of the time (docs/BENCHMARKS.md, "The turn's yield at 2x200").
+    /// Beside cairn-bench at 2x200 slow yields are few and come in clusters (121 over 1 ms
+    /// in one 8 s run); a bound of 2 paused the yield for 7-23% of the threads' time there,
+    /// a bound of 4 cost 0.94x the CPU a request. Beside rpc-perf 44% were slow: a window
+    /// passes 4 about 10% of the time (docs/BENCHMARKS.md, "The turn's yield at 2x200").
     const SLOW_MAX: u32 = 4;
     const SLOW: std::time::Duration = std::time::Duration::from_millis(1);
     const FIRST_PAUSE_MS: u64 = 100;
