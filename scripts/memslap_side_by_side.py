@@ -9,8 +9,9 @@ control characters (every one of its requests is a CLIENT_ERROR there). memslap 
 libmemcached itself, so its keys are valid: one thread per connection, each running
 `--execute-number` sets or gets of keys it loaded first.
 
-memslap's items are not the seed's: about 2.6 KB as the store counts them (100-byte keys),
-and its 50 threads set the same keys, so nearly every set overwrites. With cairn's gRPC API on
+memslap's items are not the seed's: random keys of about 20-60 bytes and values of about
+250 B to 5 KB (2.6 KB an item on average as the store counts them), and its 50 threads set
+the same keys, so nearly every set overwrites. With cairn's gRPC API on
 (the default) each such set makes a watch event holding the new and the old value (about
 5 KB); compare with `LABEL=PATH --grpc-listen off` to see that share (docs/BENCHMARKS.md,
 "Issue 17 on 7f7c368").
