@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!   raw bound: write(entry) + fdatasync per entry, overwriting a preallocated, zero-filled
-//!              file (what the log does to a ZeroFill segment), buffered and O_DIRECT;
+//!              file (what the log does to a ZeroFill segment), buffered and O_DIRECT,
+//!              with the thread's CPU and voluntary switches an entry in the notes;
 //!              plus, for reference only, appending to a fresh file (each fdatasync also
 //!              commits the file's growth)
 //!   log:       Log::commit per entry (append, then wait until durable in sync mode, until
@@ -114,6 +115,7 @@ fn raw(dir: &Path, size: usize, count: u64, direct: bool, kind: RawFile) -> Row 
     let f = o.open(&path).expect("open raw file");
     let (buf, shift) = aligned(len, 0xab);
     let entry = &buf[shift..shift + len];
+    let before = ThreadCpu::now();
     let t = Instant::now();
     let mut off = 0u64;
     for _ in 0..count {
@@ -122,6 +124,7 @@ fn raw(dir: &Path, size: usize, count: u64, direct: bool, kind: RawFile) -> Row 
         off += len as u64;
     }
     let secs = t.elapsed().as_secs_f64();
+    let cpu = ThreadCpu::now().since(&before, count);
     let _ = std::fs::remove_file(&path);
     let mode = if direct { "O_DIRECT" } else { "buffered" };
     Row {
@@ -135,7 +138,44 @@ fn raw(dir: &Path, size: usize, count: u64, direct: bool, kind: RawFile) -> Row 
         bytes: count * size as u64,
         secs,
         fsyncs: Some(count),
-        notes: String::new(),
+        notes: cpu,
+    }
+}
+
+/// The calling thread's CPU and voluntary context switches (`getrusage(RUSAGE_THREAD)`):
+/// what one durable write costs the kernel besides its wait (docs/BENCHMARKS.md, "The
+/// durable write's own CPU").
+struct ThreadCpu {
+    user_us: u64,
+    system_us: u64,
+    voluntary_switches: u64,
+}
+
+impl ThreadCpu {
+    fn now() -> ThreadCpu {
+        // SAFETY: getrusage writes one rusage struct into ours, which it fully initialises.
+        let ru = unsafe {
+            let mut ru = std::mem::zeroed::<libc::rusage>();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+            ru
+        };
+        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        ThreadCpu {
+            user_us: us(ru.ru_utime),
+            system_us: us(ru.ru_stime),
+            voluntary_switches: ru.ru_nvcsw as u64,
+        }
+    }
+
+    /// The notes column: CPU and switches an entry since `before`, over `entries`.
+    fn since(&self, before: &ThreadCpu, entries: u64) -> String {
+        let per = |a: u64, b: u64| (a - b) as f64 / entries.max(1) as f64;
+        format!(
+            "an entry: {:.1} us system CPU, {:.1} us user, {:.2} voluntary switches",
+            per(self.system_us, before.system_us),
+            per(self.user_us, before.user_us),
+            per(self.voluntary_switches, before.voluntary_switches)
+        )
     }
 }
 
