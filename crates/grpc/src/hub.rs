@@ -32,6 +32,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
 use cairn_persist::record::Record;
 use cairn_persist::{LogObserver, Mode, Persistence};
 use cairn_store::{DeleteReason, ItemMeta, Mutation, MutationSink, PrevItem, Revision};
@@ -39,7 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use crate::pb;
-use crate::wire::{self, EventFields, KeyValueFields};
+use crate::wire::{self, EventFields, EventLayout, KeyValueFields};
 
 /// What happened at one revision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,9 +97,8 @@ pub struct Event {
     pub prev: Option<ItemState>,
     /// The event as a `cairn.v1.Event` on the wire, made once here and copied into the
     /// response of every watch that sends it (crate::wire). The key and the values are
-    /// stretches of it, so it is the event's only buffer: an event is two allocations, this
-    /// and its `Arc`.
-    wire: Box<[u8]>,
+    /// stretches of it, so it is the event's only buffer.
+    wire: Wire,
     /// The key's stretch of `wire` (empty for a flush).
     key: Span,
     /// `wire[prev_at..tail_at]` is the prev_kv field (empty without a previous item); a
@@ -106,6 +106,99 @@ pub struct Event {
     prev_at: u32,
     tail_at: u32,
 }
+
+/// An event's bytes. Up to [`CHUNKED_MIN`] bytes, an allocation of their own, which glibc
+/// malloc takes from the thread's cache. Longer, a stretch of a chunk that the thread making
+/// events fills in order ([`CHUNK`]): a chunk is one allocation for many events, freed when
+/// the last of them is. Why: events fall off the ring in the order they were made, and the
+/// longer ones, freed one by one, left malloc's arena with free blocks of every size to sort
+/// through on the request path (memslap's sets of 0.25-4.8 KB values, gRPC on: malloc's
+/// functions 1.8 us a set; docs/BENCHMARKS.md, "Large events packed in chunks").
+///
+/// A chunked event's `Bytes` is boxed, so that `Wire` takes no more room in the event than a
+/// `Box<[u8]>` (16 bytes, not 24 or 40): the ring's small events stay as small as they were.
+#[derive(Clone, Debug)]
+enum Wire {
+    Own(Box<[u8]>),
+    Chunked(Box<Bytes>),
+}
+
+/// Events longer than this take their bytes from the thread's chunk: glibc's per-thread
+/// cache holds blocks up to 1,032 bytes.
+const CHUNKED_MIN: usize = 1024;
+
+/// A chunk's size. An event longer than a quarter of it gets a chunk of its own length, so
+/// that a chunk's unused end is at most a quarter of it.
+const CHUNK_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// The room left in this thread's chunk: each event is encoded at its start and split
+    /// off. The chunk's memory stays allocated until every event in it is dropped.
+    static CHUNK: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
+impl Wire {
+    /// Encodes `fields`: into `reuse` (an old event's bytes, when they have the length) or
+    /// bytes of their own, or into this thread's chunk when longer than [`CHUNKED_MIN`].
+    fn encode(fields: &EventFields<'_>, reuse: Box<[u8]>) -> (Wire, EventLayout) {
+        let len = fields.len();
+        if len <= CHUNKED_MIN {
+            let (bytes, layout) = fields.encode(reuse);
+            // Made with its exact length, so this keeps the allocation.
+            return (Wire::Own(bytes.into_boxed_slice()), layout);
+        }
+        if len > CHUNK_BYTES / 4 {
+            let mut own = BytesMut::with_capacity(len);
+            let layout = fields.encode_into(&mut own);
+            return (Wire::Chunked(Box::new(own.freeze())), layout);
+        }
+        CHUNK.with_borrow_mut(|chunk| {
+            if chunk.capacity() < len {
+                *chunk = BytesMut::with_capacity(CHUNK_BYTES);
+            }
+            let layout = fields.encode_into(chunk);
+            (
+                Wire::Chunked(Box::new(chunk.split_to(len).freeze())),
+                layout,
+            )
+        })
+    }
+
+    /// Bytes the event's wire holds in memory: its own allocation as malloc holds it, or its
+    /// stretch of a chunk and the box of its `Bytes`.
+    fn held_bytes(&self) -> usize {
+        match self {
+            Wire::Own(b) => malloc_bytes(b.len()),
+            Wire::Chunked(b) => b.len() + malloc_bytes(size_of::<Bytes>()),
+        }
+    }
+}
+
+impl Default for Wire {
+    fn default() -> Wire {
+        Wire::Own(Box::default())
+    }
+}
+
+impl std::ops::Deref for Wire {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Wire::Own(b) => b,
+            Wire::Chunked(b) => b,
+        }
+    }
+}
+
+/// Two events' bytes are equal when they hold the same bytes, wherever they are.
+impl PartialEq for Wire {
+    fn eq(&self, other: &Wire) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Wire {}
 
 /// Memory an event holds besides its wire bytes' allocation, for the ring's bound, counted
 /// as the allocator sees it so that `--watch-history-mb` bounds the real memory:
@@ -230,7 +323,7 @@ impl Event {
         prev: Option<&PrevItem<'_>>,
         reuse: Box<[u8]>,
     ) -> Event {
-        let w = fields.encode(reuse);
+        let (wire, w) = Wire::encode(fields, reuse);
         let state = |at: usize, len: usize, meta: &ItemMeta, rev: Revision| ItemState {
             value: Span::new(at, len),
             flags: meta.flags,
@@ -247,8 +340,7 @@ impl Event {
             prev: prev.map(|p| state(w.prev_value_at, p.value.len(), &p.meta, p.meta.mod_revision)),
             prev_at: w.prev_at as u32,
             tail_at: w.tail_at as u32,
-            // Made with its exact length, so this keeps the allocation.
-            wire: w.bytes.into_boxed_slice(),
+            wire,
         }
     }
 
@@ -297,8 +389,11 @@ impl Event {
     }
 
     /// Bytes this event holds in memory, allocator overhead included (for the ring's bound).
+    /// Left out: the unused end of a chunk, and a chunk's bytes kept after their events
+    /// were dropped because a newer event in the same chunk lives on ([`Wire`]): at most
+    /// a chunk or two for each thread that makes events.
     pub fn size_bytes(&self) -> usize {
-        EVENT_FIXED_BYTES + malloc_bytes(self.wire.len())
+        EVENT_FIXED_BYTES + self.wire.held_bytes()
     }
 }
 
@@ -375,7 +470,11 @@ fn make_event(m: &Mutation<'_>, revision: Revision) -> Option<Arc<Event>> {
         FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
         return Event::from_mutation(m, revision).map(Arc::new);
     };
-    match Event::from_mutation_in(m, revision, std::mem::take(&mut old.wire)) {
+    let reuse = match std::mem::take(&mut old.wire) {
+        Wire::Own(b) => b,
+        Wire::Chunked(_) => Box::default(),
+    };
+    match Event::from_mutation_in(m, revision, reuse) {
         Some(e) => {
             *old = e;
             spare
@@ -942,6 +1041,51 @@ mod tests {
             (third.revision, third.key(), third.value()),
             (3, &b"c"[..], Some(&[3][..]))
         );
+    }
+
+    /// Events longer than [`CHUNKED_MIN`] made on one thread lie one after the other in its
+    /// chunk; a short one has bytes of its own, and one past a quarter of a chunk a chunk of
+    /// its own, which leaves the thread's chunk as it was.
+    #[test]
+    fn large_events_are_packed_in_the_threads_chunk() {
+        let value = vec![7u8; 2000];
+        let event =
+            |key: &[u8], value: &[u8], rev| Event::from_mutation(&put(key, value), rev).unwrap();
+        let next_to =
+            |a: &Event, b: &Event| b.wire.as_ptr() == a.wire.as_ptr().wrapping_add(a.wire.len());
+        let a = event(b"a", &value, 1);
+        let b = event(b"b", &value, 2);
+        assert!(matches!(a.wire, Wire::Chunked(_)));
+        assert!(next_to(&a, &b), "b right after a in the chunk");
+        assert!(matches!(event(b"c", b"v", 3).wire, Wire::Own(_)));
+        let huge = event(b"d", &vec![1u8; CHUNK_BYTES / 2], 4);
+        assert!(matches!(huge.wire, Wire::Chunked(_)));
+        let c = event(b"e", &value, 5);
+        assert!(
+            next_to(&b, &c),
+            "the huge event took none of the chunk's room"
+        );
+        assert_eq!(
+            (c.key(), c.value(), c.revision),
+            (&b"e"[..], Some(&value[..]), 5)
+        );
+        // Filled up, the chunk is followed by a new one; the old one's events stay whole.
+        let rest: Vec<Event> = (0..CHUNK_BYTES / value.len())
+            .map(|i| event(b"f", &value, 6 + i as u64))
+            .collect();
+        assert!(
+            rest.windows(2).any(|w| !next_to(&w[0], &w[1])),
+            "a second chunk"
+        );
+        for e in [&a, &b, &c].into_iter().chain(&rest) {
+            assert_eq!(e.value(), Some(&value[..]));
+        }
+        assert_eq!(
+            a.size_bytes(),
+            EVENT_FIXED_BYTES + a.wire.len() + malloc_bytes(size_of::<Bytes>()),
+            "its stretch of the chunk and its box"
+        );
+        assert_eq!(size_of::<Wire>(), size_of::<Box<[u8]>>());
     }
 
     #[test]

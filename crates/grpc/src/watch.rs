@@ -1090,6 +1090,10 @@ mod tests {
             mod_revision: rev,
         };
         let big = vec![b'v'; 300];
+        // Events past hub::CHUNKED_MIN and past a quarter of a chunk: their bytes come from
+        // the thread's chunk, or a chunk of their own.
+        let chunked = vec![b'c'; 3000];
+        let huge = vec![b'h'; 40_000];
         let prev = PrevItem {
             value: b"old",
             meta: meta(7, 1_900_000_000, 41, true, 3),
@@ -1132,11 +1136,26 @@ mod tests {
                 reason: DeleteReason::Evicted,
                 prev: None,
             },
+            Mutation::Stored {
+                key: b"chunked",
+                value: &chunked,
+                meta: meta(3, 0, 77, false, 0),
+                prev: Some(PrevItem {
+                    value: &chunked,
+                    meta: meta(1, 2, 3, false, 4),
+                }),
+            },
+            Mutation::Stored {
+                key: b"huge",
+                value: &huge,
+                meta: meta(0, 0, 78, false, 0),
+                prev: None,
+            },
             Mutation::Flushed,
         ];
         let events: Vec<Arc<Event>> = mutations
             .iter()
-            .zip([1, 200, 1 << 40, 9, 10, 11, u64::MAX])
+            .zip([1, 200, 1 << 40, 9, 10, 11, 12, 13, u64::MAX])
             .map(|(m, rev)| Arc::new(Event::from_mutation(m, rev).unwrap()))
             .collect();
         // Each event alone, and all of them in one response; with and without prev_kv; watch

@@ -19,7 +19,7 @@
 //! exactly what `pb::WatchResponse` would have given. The wire format is protobuf's; nothing
 //! here is cairn's own format.
 
-use bytes::BufMut;
+use bytes::{BufMut, BytesMut};
 use prost::encoding::{encode_varint, encoded_len_varint};
 
 /// Wire types of protobuf.
@@ -82,7 +82,7 @@ impl KeyValueFields<'_> {
 
     /// Writes the message as field `field` of the enclosing message; returns where in `buf`
     /// the key's and the value's bytes start.
-    fn put_as_field(&self, buf: &mut Vec<u8>, field: u8) -> (usize, usize) {
+    fn put_as_field(&self, buf: &mut impl Out, field: u8) -> (usize, usize) {
         buf.put_u8(key(field, LEN));
         encode_varint(self.len() as u64, buf);
         let mut put_bytes = |field: u8, b: &[u8]| {
@@ -90,8 +90,8 @@ impl KeyValueFields<'_> {
                 buf.put_u8(key(field, LEN));
                 encode_varint(b.len() as u64, buf);
             }
-            let at = buf.len();
-            buf.extend_from_slice(b);
+            let at = buf.written();
+            buf.put_slice(b);
             at
         };
         let key_at = put_bytes(1, self.key);
@@ -105,7 +105,26 @@ impl KeyValueFields<'_> {
     }
 }
 
-/// The fields of a `cairn.v1.Event`, to encode in three parts (see [`EventWire`]).
+/// A buffer an event is encoded into: a `Vec` of its own, or a chunk shared with other
+/// events (`hub::Wire`).
+pub(crate) trait Out: BufMut {
+    /// Bytes written so far.
+    fn written(&self) -> usize;
+}
+
+impl Out for Vec<u8> {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Out for BytesMut {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+/// The fields of a `cairn.v1.Event`, to encode in three parts (see [`EventLayout`]).
 pub(crate) struct EventFields<'a> {
     /// `Event.type` (PUT = 0, DELETE = 1, FLUSH = 2).
     pub kind: i32,
@@ -116,14 +135,14 @@ pub(crate) struct EventFields<'a> {
     pub revision: u64,
 }
 
-/// An encoded `cairn.v1.Event`: `bytes[..prev_at]` holds fields 1-2 (type, kv),
-/// `bytes[prev_at..tail_at]` field 3 (prev_kv, empty without one), `bytes[tail_at..]` fields
-/// 4-5 (reason, revision). Where the kv's key and value, and prev_kv's value, start in it.
-pub(crate) struct EventWire {
-    pub bytes: Vec<u8>,
+/// Where the parts of an encoded `cairn.v1.Event` lie in its bytes: `[..prev_at]` holds
+/// fields 1-2 (type, kv), `[prev_at..tail_at]` field 3 (prev_kv, empty without one),
+/// `[tail_at..]` fields 4-5 (reason, revision). And where the kv's key and value, and
+/// prev_kv's value, start.
+pub(crate) struct EventLayout {
     pub prev_at: usize,
     pub tail_at: usize,
-    /// Offsets in `bytes` of the kv's key and value (0 without a kv).
+    /// Offsets of the kv's key and value (0 without a kv).
     pub key_at: usize,
     pub value_at: usize,
     /// Offset of prev_kv's value (0 without one).
@@ -131,10 +150,8 @@ pub(crate) struct EventWire {
 }
 
 impl EventFields<'_> {
-    /// Encodes the event, into `reuse`'s allocation when it has the encoding's exact length
-    /// (an event of the same shape as the one it held: see `hub::make_event`), else into a
-    /// new one.
-    pub(crate) fn encode(&self, reuse: Box<[u8]>) -> EventWire {
+    /// The encoding's length in bytes.
+    pub(crate) fn len(&self) -> usize {
         let kv_len = self
             .kv
             .as_ref()
@@ -143,11 +160,18 @@ impl EventFields<'_> {
             .prev_kv
             .as_ref()
             .map_or(0, |kv| len_field_len(kv.len(), false));
-        let len = varint_field_len(self.kind as u64)
+        varint_field_len(self.kind as u64)
             + kv_len
             + prev_len
             + varint_field_len(self.reason as u64)
-            + varint_field_len(self.revision);
+            + varint_field_len(self.revision)
+    }
+
+    /// Encodes the event into a `Vec` of its exact length: `reuse`'s allocation when it has
+    /// that length (an event of the same shape as the one it held: see `hub::make_event`),
+    /// else a new one.
+    pub(crate) fn encode(&self, reuse: Box<[u8]>) -> (Vec<u8>, EventLayout) {
+        let len = self.len();
         let mut bytes = if reuse.len() == len {
             let mut bytes = Vec::from(reuse);
             bytes.clear();
@@ -157,23 +181,33 @@ impl EventFields<'_> {
             crate::hub::FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
             Vec::with_capacity(len)
         };
+        let layout = self.encode_into(&mut bytes);
+        (bytes, layout)
+    }
+
+    /// Encodes the event into `bytes`, which must be empty.
+    pub(crate) fn encode_into(&self, bytes: &mut impl Out) -> EventLayout {
+        assert_eq!(
+            bytes.written(),
+            0,
+            "an event is encoded from the buffer's start"
+        );
         // Enum fields are int32: a negative one would take 10 bytes; these never are.
-        put_varint_field(&mut bytes, 1, self.kind as u64);
+        put_varint_field(bytes, 1, self.kind as u64);
         let (key_at, value_at) = match &self.kv {
-            Some(kv) => kv.put_as_field(&mut bytes, 2),
+            Some(kv) => kv.put_as_field(bytes, 2),
             None => (0, 0),
         };
-        let prev_at = bytes.len();
+        let prev_at = bytes.written();
         let prev_value_at = match &self.prev_kv {
-            Some(kv) => kv.put_as_field(&mut bytes, 3).1,
+            Some(kv) => kv.put_as_field(bytes, 3).1,
             None => 0,
         };
-        let tail_at = bytes.len();
-        put_varint_field(&mut bytes, 4, self.reason as u64);
-        put_varint_field(&mut bytes, 5, self.revision);
-        debug_assert_eq!(bytes.len(), len);
-        EventWire {
-            bytes,
+        let tail_at = bytes.written();
+        put_varint_field(bytes, 4, self.reason as u64);
+        put_varint_field(bytes, 5, self.revision);
+        debug_assert_eq!(bytes.written(), self.len());
+        EventLayout {
             prev_at,
             tail_at,
             key_at,

@@ -33,8 +33,16 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// One test, not one a size: the heap's count is the process's, and tests run side by side.
 #[test]
 fn the_history_counts_the_memory_its_events_hold() {
+    // Events of the seed's shape, each with bytes of its own.
+    check(50, 50_000);
+    // Events past 1 KiB, packed in the thread's chunks.
+    check(2_000, 5_000);
+}
+
+fn check(value_len: usize, events: usize) {
     // Room for every event: the ring drops nothing, so all of them are held.
     let hub = Hub::counting(1 << 30);
     let meta = ItemMeta {
@@ -47,8 +55,8 @@ fn the_history_counts_the_memory_its_events_hold() {
         win_sent: false,
         mod_revision: 0,
     };
-    let value = [b'x'; 50];
-    let keys: Vec<Vec<u8>> = (0..50_000)
+    let value = vec![b'x'; value_len];
+    let keys: Vec<Vec<u8>> = (0..events)
         .map(|i| format!("memtier-{}", 1_000_000 + i).into_bytes())
         .collect();
     let before = HELD.load(Ordering::Relaxed);
@@ -64,12 +72,12 @@ fn the_history_counts_the_memory_its_events_hold() {
     let counted = hub.stats().history_bytes as usize;
     assert_eq!(hub.stats().history_events, keys.len() as u64);
     // The ring's slots grow by doubling; its spare slots (capacity beyond the events) are the
-    // only memory the count leaves out.
+    // only memory the count leaves out, with the unused end of the last chunk.
     let spare = (keys.len().next_power_of_two() - keys.len()) * size_of::<usize>();
     assert!(
         counted * 100 >= (held_bytes - spare) * 95 && counted * 100 <= held_bytes * 105,
-        "counted {counted} B for {} events ({} B each), the heap holds {held_bytes} B ({} B \
-         each, {spare} B of them spare ring slots)",
+        "{value_len} B values: counted {counted} B for {} events ({} B each), the heap holds \
+         {held_bytes} B ({} B each, {spare} B of them spare ring slots)",
         keys.len(),
         counted / keys.len(),
         held_bytes / keys.len()
