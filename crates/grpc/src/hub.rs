@@ -138,12 +138,22 @@ thread_local! {
 }
 
 impl Wire {
-    /// Encodes `fields`: into `reuse` (an old event's bytes, when they have the length) or
-    /// bytes of their own, or into this thread's chunk when longer than [`CHUNKED_MIN`].
+    /// Encodes `fields`: up to [`CHUNKED_MIN`] bytes into `reuse` (an old event's bytes,
+    /// when they have the encoding's exact length: an event of the same shape, see
+    /// [`make_event`]) or else bytes of their own; longer, into this thread's chunk.
     fn encode(fields: &EventFields<'_>, reuse: Box<[u8]>) -> (Wire, EventLayout) {
         let len = fields.len();
         if len <= CHUNKED_MIN {
-            let (bytes, layout) = fields.encode(reuse);
+            let mut bytes = if reuse.len() == len {
+                let mut bytes = Vec::from(reuse);
+                bytes.clear();
+                bytes
+            } else {
+                #[cfg(test)]
+                FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
+                Vec::with_capacity(len)
+            };
+            let layout = fields.encode_into(&mut bytes);
             // Made with its exact length, so this keeps the allocation.
             return (Wire::Own(bytes.into_boxed_slice()), layout);
         }

@@ -106,7 +106,7 @@ impl KeyValueFields<'_> {
 }
 
 /// A buffer an event is encoded into: a `Vec` of its own, or a chunk shared with other
-/// events (`hub::Wire`).
+/// events (`hub::Wire::encode`).
 pub(crate) trait Out: BufMut {
     /// Bytes written so far.
     fn written(&self) -> usize;
@@ -165,24 +165,6 @@ impl EventFields<'_> {
             + prev_len
             + varint_field_len(self.reason as u64)
             + varint_field_len(self.revision)
-    }
-
-    /// Encodes the event into a `Vec` of its exact length: `reuse`'s allocation when it has
-    /// that length (an event of the same shape as the one it held: see `hub::make_event`),
-    /// else a new one.
-    pub(crate) fn encode(&self, reuse: Box<[u8]>) -> (Vec<u8>, EventLayout) {
-        let len = self.len();
-        let mut bytes = if reuse.len() == len {
-            let mut bytes = Vec::from(reuse);
-            bytes.clear();
-            bytes
-        } else {
-            #[cfg(test)]
-            crate::hub::FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
-            Vec::with_capacity(len)
-        };
-        let layout = self.encode_into(&mut bytes);
-        (bytes, layout)
     }
 
     /// Encodes the event into `bytes`, which must be empty.
