@@ -189,7 +189,7 @@ pub struct Config {
     #[arg(long)]
     pub grpc_max_message_bytes: usize,
     /// Threads of the gRPC API, each a current-thread runtime serving the connections dealt
-    /// to it (as the memcached workers do); 0 = one per CPU.
+    /// to it (as the memcached workers do); 0 = half the CPUs, at least one.
     #[arg(long)]
     pub grpc_threads: usize,
     /// MiB of watch history kept in memory (older revisions are read from the command log
@@ -642,7 +642,7 @@ impl Config {
             );
         }
         if self.grpc_threads > 1024 {
-            return invalid("grpc_threads", "must be at most 1024 (0 = one per CPU)");
+            return invalid("grpc_threads", "must be at most 1024 (0 = half the CPUs)");
         }
         if self.grpc_max_message_bytes != 0
             && (self.grpc_max_message_bytes < 64 << 10
@@ -750,10 +750,13 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("log"))
     }
 
-    /// Threads of the gRPC API (`grpc_threads`, 0 = one per CPU).
+    /// Threads of the gRPC API (`grpc_threads`). 0 gives half the CPUs, at least one: the
+    /// memcached connection threads already take one per CPU, and a gRPC thread for every CPU
+    /// beside them kept more threads busy than there were cores (docs/BENCHMARKS.md, "W1's
+    /// tail was the run queue").
     pub fn grpc_thread_count(&self) -> usize {
         match self.grpc_threads {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            0 => grpc_threads_for(std::thread::available_parallelism().map_or(1, |n| n.get())),
             n => n,
         }
     }
@@ -791,6 +794,11 @@ impl Config {
             self.threads
         }
     }
+}
+
+/// The gRPC threads given to `cpus` CPUs when `grpc_threads` is 0: half, at least one.
+fn grpc_threads_for(cpus: usize) -> usize {
+    (cpus / 2).max(1)
 }
 
 #[cfg(test)]
@@ -945,6 +953,10 @@ mod tests {
         let c = load_with(&path, "", &[]);
         assert_eq!(c.grpc_addr(), Some("127.0.0.1:50051".parse().unwrap()));
         assert_eq!((c.grpc_threads, c.watch_batch_ms), (0, 0));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(c.grpc_thread_count(), grpc_threads_for(cpus));
+        let halves: Vec<usize> = [1, 2, 3, 4, 96].map(grpc_threads_for).into();
+        assert_eq!(halves, [1, 1, 1, 2, 48], "half the CPUs, at least one");
         assert_eq!(c.grpc_max_message(), (1 << 20) + (1 << 20));
         assert_eq!(c.watch_history_bytes(), 16 << 20, "with persistence");
         let c = load_with(&path, "persistence = \"off\"\n", &[]);
@@ -967,6 +979,7 @@ mod tests {
         );
         assert_eq!(c.grpc_addr(), Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!((c.watch_progress_notify_ms, c.grpc_threads), (50, 2));
+        assert_eq!(c.grpc_thread_count(), 2, "a count given is kept");
         assert_eq!(c.watch_batch_ms, 2);
         assert_eq!(
             load_with(&path, "watch_batch_ms = 5\n", &[]).watch_batch_ms,
