@@ -130,7 +130,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
                 tracing::error!("{e}");
             }
         }));
-        tracing::info!(addr = %addr, "gRPC API");
+        tracing::info!(addr = %addr, threads = ctx.config.grpc_thread_count(), "gRPC API");
         // Tests wait for this line (printed before the one below) to know where gRPC is.
         println!("cairn grpc listening on {addr}");
     }
