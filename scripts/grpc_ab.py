@@ -10,7 +10,11 @@ third, e.g.
 Every round starts each variant's server in turn (`-t 2 --persistence off` unless the flags
 say otherwise), preloads 1,000 keys of 32 B, and runs `cairn-bench grpc` unary Get (closed
 loop) at each --concurrency (connections min(c, 30)) for --secs seconds, with the server's
-CPU per call. Prints each run, then the median per variant and the ratio to the first one.
+CPU per call and how long its threads were runnable but not running (waiting for a core, or
+for an idle vCPU to wake; from /proc/PID/task/*/schedstat), per call and as a share of their
+run time. With --call-rate R the calls are offered open loop at R a second instead
+(connections min(c, 10); W2 is `--concurrency 50 --call-rate 30000`). Prints each run, then
+the median per variant and the ratio to the first one.
 
 With --fanout W, each round instead runs `watch_bench fanout ADDR w5/ W RATE SECS PID LAYOUT`
 (W5: W watches on one prefix, RATE gRPC writes/s for SECS seconds; --rate, --secs; --layout
@@ -23,6 +27,7 @@ never reads.
     cargo build --release -p cairn-grpc --example watch_bench
     flock /work/bench.lock python3 scripts/grpc_ab.py --rounds 2 --secs 3 A=... B=...
     flock /work/bench.lock python3 scripts/grpc_ab.py --fanout 1000 --rate 1000 --secs 5 A=... B=...
+    # W5 with one watch a stream: --layout "--streams 1000 --connections 10"
 """
 
 import re
@@ -64,16 +69,34 @@ def start(binary, flags, env):
     return p, f"127.0.0.1:{gport}", data, port
 
 
+def sched(pid):
+    """Nanoseconds a process's threads ran on a CPU and waited runnable for one, summed."""
+    ran = waited = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                r, w, _ = f.read().split()
+        except OSError:
+            continue  # the thread ended
+        ran, waited = ran + int(r), waited + int(w)
+    return ran, waited
+
+
 def bench(args, addr, pid, extra):
+    ran0, waited0 = sched(pid)
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         cmd = [args.bench_bin, "grpc", "--addr", addr, "--server-pid", str(pid), "--keys",
                "1000", "--test-time", str(args.secs), "--json-out-file", f.name,
                *map(str, extra)]
         subprocess.run(cmd, check=True, capture_output=True)
         r = json.load(open(f.name))
+    ran1, waited1 = sched(pid)
     lat = r["latency"]
+    waited = waited1 - waited0
     return {"rps": r["ops_per_sec"], "p50": lat["p50_ms"], "p99": lat["p99_ms"],
-            "avg": lat["avg_ms"], "us": r["server_cpu_us_per_op"] or 0.0}
+            "avg": lat["avg_ms"], "us": r["server_cpu_us_per_op"] or 0.0,
+            "wait_us": waited / 1e3 / max(r["ok"], 1),
+            "wait_pct": 100 * waited / max(ran1 - ran0, 1)}
 
 
 def cpu_of(pid):
@@ -161,6 +184,8 @@ def main():
     ap.add_argument("--secs", type=int, default=3)
     ap.add_argument("--concurrency", default="30,300")
     ap.add_argument("--call", default="get")
+    ap.add_argument("--call-rate", type=int,
+                    help="calls/s offered open loop (connections min(c, 10)), not closed loop")
     ap.add_argument("--fanout", type=int, help="watch streams: run W5's fan-out instead")
     ap.add_argument("--rate", type=int, default=1000, help="writes/s offered (--fanout)")
     ap.add_argument("--layout", default="",
@@ -173,8 +198,9 @@ def main():
         return main_fanout(args, variants)
     conc = [int(c) for c in args.concurrency.split(",")]
     runs = {}
-    print("| round | variant | concurrent | QPS | p50 ms | p99 ms | avg ms | server us/call |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| round | variant | concurrent | QPS | p50 ms | p99 ms | avg ms | server us/call "
+          "| runnable, not running: us/call | % of run time |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(1, args.rounds + 1):
         for name, binary, flags, env, _ in variants:
             p, addr, data, _ = start(binary, flags, env)
@@ -182,18 +208,21 @@ def main():
                 subprocess.run([args.bench_bin, "grpc", "--addr", addr, "--keys", "1000",
                                 "--preload", "-n", "1"], check=True, capture_output=True)
                 for c in conc:
-                    r = bench(args, addr, p.pid,
-                              ["--call", args.call, "-c", c, "--connections", min(c, 30)])
+                    load = (["-c", c, "--connections", min(c, 10), "--rate", args.call_rate]
+                            if args.call_rate else ["-c", c, "--connections", min(c, 30)])
+                    r = bench(args, addr, p.pid, ["--call", args.call, *load])
                     runs.setdefault((name, c), []).append(r)
                     print(f"| {rnd} | {name} | {c} | {r['rps']:.0f} | {r['p50']:.2f} "
-                          f"| {r['p99']:.2f} | {r['avg']:.2f} | {r['us']:.1f} |", flush=True)
+                          f"| {r['p99']:.2f} | {r['avg']:.2f} | {r['us']:.1f} "
+                          f"| {r['wait_us']:.1f} | {r['wait_pct']:.0f} |", flush=True)
             finally:
                 p.terminate()
                 p.wait()
                 shutil.rmtree(data, ignore_errors=True)
     print("\nMedians (ratio of QPS to the first variant):\n")
-    print("| variant | concurrent | QPS | vs first | p50 ms | p99 ms | avg ms | server us/call |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| variant | concurrent | QPS | vs first | p50 ms | p99 ms | avg ms | server us/call "
+          "| runnable, not running: us/call | % of run time |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     first = variants[0][0]
     for c in conc:
         base = statistics.median(r["rps"] for r in runs[(first, c)])
@@ -202,7 +231,7 @@ def main():
             med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
             print(f"| {name} | {c} | {med['rps']:.0f} | {med['rps'] / base:.2f} "
                   f"| {med['p50']:.2f} | {med['p99']:.2f} | {med['avg']:.2f} "
-                  f"| {med['us']:.1f} |")
+                  f"| {med['us']:.1f} | {med['wait_us']:.1f} | {med['wait_pct']:.0f} |")
 
 
 if __name__ == "__main__":
