@@ -86,6 +86,10 @@ pub trait Device: Send + Sync {
     fn fd(&self) -> Option<RawFd>;
     /// Bytes of the device.
     fn size_bytes(&self) -> u64;
+    /// Lets another open of the same file take it, as the end of the process would: for
+    /// tests that reopen a tier in one process.
+    #[cfg(test)]
+    fn unlock(&self) {}
 }
 
 /// The real file or block device.
@@ -109,6 +113,9 @@ pub enum OpenError {
     },
     #[error("flash path {path}: {why}")]
     Invalid { path: String, why: String },
+    /// Another process holds the file (`flock`): two servers never share a flash tier.
+    #[error("flash path {path} is in use by {holder}; one cairn process per flash file")]
+    InUse { path: String, holder: String },
 }
 
 impl FileDevice {
@@ -139,6 +146,24 @@ impl FileDevice {
                 })
             }
         };
+        // Held before anything is changed (the length below): a second server on the same
+        // file or device is refused. The kernel drops the hold when the process ends.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(OpenError::InUse {
+                    holder: lock_holder(&file)
+                        .map_or("another process".into(), |pid| format!("process {pid}")),
+                    path: name,
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(OpenError::Open {
+                    path: name,
+                    source: e,
+                })
+            }
+        }
         // Recent kernels accept O_DIRECT on tmpfs, but there it is memory, not a device: a
         // flash tier on it only doubles the RAM used. Refused the same way.
         if direct && is_tmpfs(&file) {
@@ -193,6 +218,27 @@ impl FileDevice {
     }
 }
 
+/// The PID holding a `flock` on `file`, from /proc/locks (lines such as `1: FLOCK ADVISORY
+/// WRITE 4242 fd:00:1234 0 EOF`: the device's major and minor in hex, then the inode).
+fn lock_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(meta.dev()),
+        libc::minor(meta.dev()),
+        meta.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            [_, "FLOCK", _, _, pid, id, ..] if *id == want => pid.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
 /// Whether `file` lives on tmpfs.
 fn is_tmpfs(file: &File) -> bool {
     const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
@@ -203,6 +249,10 @@ fn is_tmpfs(file: &File) -> bool {
 }
 
 impl Device for FileDevice {
+    #[cfg(test)]
+    fn unlock(&self) {
+        self.file.unlock().expect("unlock");
+    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
     }

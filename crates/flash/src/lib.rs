@@ -452,6 +452,12 @@ impl Flash {
 
     /// Stops the writer thread after the write in hand (buffers not yet written are lost: a
     /// pure cache loses them anyway, and persistence has them in its snapshot or log).
+    /// Releases the device's hold, as the end of the process would (see [`Device::unlock`]).
+    #[cfg(test)]
+    pub(crate) fn unlock_device(&self) {
+        self.device.unlock();
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Relaxed);
         self.work.notify_all();

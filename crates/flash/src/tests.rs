@@ -784,6 +784,7 @@ fn pins_give_a_segments_largest_revision_and_recovery_finds_its_items_past_a_che
     assert_eq!(pins.len(), 1, "{pins:?}");
     assert_eq!(pins[0].max_revision, 151);
     r.flash.stop();
+    r.flash.unlock_device();
 
     let reopen = || Flash::open_keeping(config(r.path.clone(), 40), true).unwrap();
     let again = reopen();
@@ -806,6 +807,7 @@ fn pins_give_a_segments_largest_revision_and_recovery_finds_its_items_past_a_che
     );
     assert!(again.items_past(151).is_empty());
     again.stop();
+    again.unlock_device();
 
     let unknown = reopen();
     let old_pins = [Pin {

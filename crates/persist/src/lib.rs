@@ -255,6 +255,9 @@ pub struct Persistence {
     /// The cluster layer's condition on acknowledgements and refusal of client writes (see
     /// [`ReplicationGate`]); unset without replication.
     replication: std::sync::OnceLock<Arc<dyn ReplicationGate>>,
+    /// This process's hold on the data folder when the log lives elsewhere (the log holds
+    /// its own folder): a second process on the same folder is refused at start.
+    _data_lock: Option<cairn_wal::FolderLock>,
 }
 
 /// Threads that load the snapshot and replay the log at recovery: one per core.

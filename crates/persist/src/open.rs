@@ -86,8 +86,10 @@ impl Persistence {
         assert_ne!(config.mode, Mode::Off, "no persistence layer in off mode");
         let started = Instant::now();
         let fs = config.fs.as_ref();
-        fs.create_dir_all(&config.data_path)
-            .map_err(|e| PersistError::io(&config.data_path, e))?;
+        // One process per folder: the data folder here, the log's folder by the log itself.
+        let data_lock = (config.data_path != config.logs_path)
+            .then(|| cairn_wal::lock_folder(fs, &config.data_path))
+            .transpose()?;
         let log = open_log(&config, &store_config)?;
         let mut stats = PersistStats {
             recovery_log_open_ms: started.elapsed().as_millis() as u64,
@@ -133,6 +135,7 @@ impl Persistence {
             log_bytes_recovered,
             log_bytes_at_checkpoint: AtomicU64::new(0),
             replication: std::sync::OnceLock::new(),
+            _data_lock: data_lock,
         };
         p.watch_log_failure();
         Ok(p)

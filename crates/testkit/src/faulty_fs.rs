@@ -34,7 +34,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use cairn_wal::format::is_spare_name;
-use cairn_wal::{FileSystem, LogFile};
+use cairn_wal::{FileSystem, FolderLock, LogFile};
 
 /// Operations that can be made to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -429,5 +429,9 @@ impl FileSystem for FaultyFs {
 
     fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
         Ok(())
+    }
+    /// Nothing to hold: no other process sees this disk.
+    fn lock_folder(&self, _dir: &Path) -> io::Result<FolderLock> {
+        Ok(FolderLock::in_memory())
     }
 }

@@ -64,6 +64,31 @@ pub trait FileSystem: Send + Sync {
     /// fsync of the directory: makes creations, renames and removals in it durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Takes this process's exclusive hold on `dir` (see [`FolderLock`]). Another process
+    /// holding it is an error of kind `WouldBlock` whose message names its PID when known.
+    fn lock_folder(&self, dir: &Path) -> io::Result<FolderLock>;
+}
+
+/// The file in a folder whose `flock` says which process holds the folder; it holds that
+/// process's PID as text, for the message of the one refused.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// A folder held by this process: a `flock` on its [`LOCK_FILE`], so that a second process
+/// opening the same folder (two servers started with one data folder) is refused instead of
+/// writing the same log. The kernel releases it when the guard drops or the process ends in
+/// any way (kill -9 included), so nothing stale is ever left to clean up.
+#[derive(Debug)]
+pub struct FolderLock {
+    /// The locked file (None where the file system is not the real disk).
+    _file: Option<File>,
+}
+
+impl FolderLock {
+    /// A hold that holds nothing: for file systems that no other process can see (the
+    /// fault-injecting one of the tests).
+    pub fn in_memory() -> FolderLock {
+        FolderLock { _file: None }
+    }
 }
 
 /// Alignment of buffers, offsets and lengths written through [`FileSystem::open_direct`].
@@ -225,6 +250,34 @@ impl FileSystem for RealFs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
     }
+    fn lock_folder(&self, dir: &Path) -> io::Result<FolderLock> {
+        let path = dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {
+                file.set_len(0)?;
+                file.write_all_at(format!("{}\n", std::process::id()).as_bytes(), 0)?;
+                Ok(FolderLock { _file: Some(file) })
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = match holder.trim() {
+                    "" => "another process".to_string(),
+                    pid => format!("another process (PID {pid})"),
+                };
+                Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("held by {holder}"),
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
 }
 
 /// A file system whose fdatasyncs (and durable writes) take `delay` longer than the one it
@@ -329,6 +382,9 @@ impl FileSystem for DelayedSyncFs {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.inner.sync_dir(dir)
+    }
+    fn lock_folder(&self, dir: &Path) -> io::Result<FolderLock> {
+        self.inner.lock_folder(dir)
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.inner.create_dir_all(dir)

@@ -73,7 +73,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-pub use fs::{DelayedSyncFs, FileSystem, LogFile, RealFs, DIRECT_ALIGN};
+pub use fs::{DelayedSyncFs, FileSystem, FolderLock, LogFile, RealFs, DIRECT_ALIGN};
 pub use recovery::{read_records, scan_dir, DirScan, SegmentReport};
 pub use waiters::{block_on, Reach};
 
@@ -244,8 +244,24 @@ pub enum WalError {
     Closed,
     #[error("the log's syncer thread panicked")]
     SyncerPanicked,
+    /// Another process holds the folder (see [`FolderLock`]).
+    #[error("{} is in use: {holder}; one cairn process per folder", dir.display())]
+    Locked { dir: PathBuf, holder: String },
     #[error("invalid log options: max_record_bytes is {max_record_bytes}, over the format's limit of 4294967295 (a 32-bit length)")]
     RecordLimit { max_record_bytes: usize },
+}
+
+/// Takes this process's hold on `dir` (created if missing): [`WalError::Locked`] names the
+/// process that holds it instead.
+pub fn lock_folder(fs: &dyn FileSystem, dir: &Path) -> Result<FolderLock, WalError> {
+    fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+    fs.lock_folder(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => WalError::Locked {
+            dir: dir.to_path_buf(),
+            holder: e.to_string(),
+        },
+        _ => WalError::io(&dir.join(fs::LOCK_FILE), e),
+    })
 }
 
 impl WalError {
@@ -373,6 +389,8 @@ pub type Listener = Box<dyn Fn(Result<Marks, &WalError>) + Send + Sync>;
 pub(crate) struct Shared {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
+    /// This process's hold on `dir`, for as long as the log is open.
+    _folder_lock: FolderLock,
     opts: LogOptions,
     log_id: u64,
     /// Random per open, in spare file names: a spare of an earlier open never collides.
@@ -547,7 +565,7 @@ impl Log {
                 max_record_bytes: opts.max_record_bytes,
             });
         }
-        fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+        let folder_lock = lock_folder(fs.as_ref(), dir)?;
         // The writes between two fdatasyncs: under `flush_bytes` before the last batch, which
         // holds at most `max_pending_bytes` plus one chunk (see `syncer`), with its marker.
         let write_window = (opts.flush_bytes
@@ -582,6 +600,7 @@ impl Log {
         let shared = Arc::new(Shared {
             fs,
             dir: dir.to_path_buf(),
+            _folder_lock: folder_lock,
             durability: AtomicU8::new(opts.durability.code()),
             opts,
             log_id,
