@@ -22,6 +22,8 @@
 //! through the `zookeeper-client` crate (no protocol of our own).
 
 pub mod group;
+pub mod lease;
+pub mod lineage;
 pub mod membership;
 pub mod replica;
 pub mod replication;

@@ -2,14 +2,21 @@
 //! values, flags, expiry and CAS uniques, and tells the primary how far it holds them durable.
 //!
 //! ```text
-//!   Replication.Follow ──> PrimaryInfo{log_id} first
-//!   position file (<data>/replication.position: the primary's log id and revision R)
-//!     same log id ─> Watch create{prefix "", start_revision R + 1}           (resume)
-//!     else / none ─> remove it (synced), local flush_all, create{initial_state}  (full copy)
+//!   Replication.Follow ──> ReplicaAck{position, term} first ──> PrimaryInfo{log_id, term,
+//!     resume_from} first; a term other than the one ZooKeeper names ─> stop (never confirm)
+//!   position: <data>/replication.position (the primary's log id and revision R), else this
+//!     node's own log id and last LSN (it was the primary, or holds nothing of anyone's)
+//!     resume_from = R' ─> Watch create{prefix "", start_revision R' + 1}          (resume)
+//!     absent ─> remove the position (synced), note the local LSN M,
+//!               create{initial_state}                                          (full copy)
+//!               each item is stored over what is here; at initial_state_done every item
+//!               older than M (not sent: gone on the primary) is deleted; so a copy cut
+//!               short leaves the old data, overwritten in part, never an empty store
 //!   each response, with every one already received after it (up to 256): apply their items
 //!     and events to the store (logged locally like any write) ─> one
 //!     Persistence::durable(ticket) ─> position = the newest revision (written after the data
-//!     is durable, so it never runs ahead of it) ─> ReplicaAck{R} to the primary
+//!     is durable, so it never runs ahead of it) ─> lineage note ─> ReplicaAck{R, term} to the
+//!     primary, only while this node's lease holds (group; lease.rs)
 //!   canceled{compact_revision} (history passed R) ─> drop the position, full copy again
 //!   stream error ─> reconnect, backing off 100 ms doubling to 2 s
 //! ```
@@ -17,7 +24,11 @@
 //! Events carry resulting states (PUT key = item, DELETE key, FLUSH), so applying a suffix of
 //! them again over a state that already holds it changes nothing: a position that lags the
 //! data (the position file is written without an fsync: after a power loss it may be older,
-//! never newer) only repeats some events.
+//! never newer) only repeats some events, and so does a resume through the new primary's
+//! lineage (lineage.rs).
+//!
+//! With a flash tier the copy empties the store first, as its items on flash cannot be
+//! listed without reading the device.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -39,6 +50,8 @@ use crate::replication::Replication;
 pub struct FollowerConfig {
     /// The primary's gRPC address (`host:port`).
     pub primary: String,
+    /// The term ZooKeeper names for that primary (0 outside a replication group: any).
+    pub term: u64,
     /// This replica's name in the primary's stats: its own memcached address.
     pub name: String,
     /// The replica's data folder (the position file goes there).
@@ -122,6 +135,35 @@ fn now_unix() -> u32 {
         .map_or(0, |d| d.as_secs() as u32)
 }
 
+/// Where this node's data stands: the position file, else its own log (what it wrote itself
+/// as a primary, or nothing of anyone's).
+pub(crate) fn position_of(persist: &Persistence, dir: &Path) -> (u64, u64) {
+    read_position(dir).unwrap_or_else(|| (persist.log_id(), persist.appended_lsn()))
+}
+
+/// Deletes every item whose last change is at or before `mark` (the end of a full copy: the
+/// primary sent every item it holds, each stored here after `mark`).
+fn sweep_older_than(store: &Store, mark: u64, now: u32) -> u64 {
+    let mut swept = 0;
+    for shard in 0..store.shard_count() {
+        let mut old = Vec::new();
+        store.visit_shard(shard, now, |key, _, meta| {
+            if meta.mod_revision <= mark {
+                old.push(key.to_vec());
+            }
+        });
+        for key in old {
+            store.entry(&key, now, |e| {
+                if e.peek().is_some_and(|(m, _)| m.mod_revision <= mark) {
+                    e.delete();
+                    swept += 1;
+                }
+            });
+        }
+    }
+    swept
+}
+
 /// Applies one item as the primary holds it.
 fn apply_put(store: &Store, now: u32, kv: &pb::KeyValue) {
     store.entry(&kv.key, now, |e| {
@@ -174,14 +216,20 @@ async fn follow_once(
         .connect()
         .await
         .map_err(|e| format!("cannot reach the primary: {e}"))?;
-    let position = read_position(&config.data_dir);
+    let (position_log_id, position_revision) = position_of(persist, &config.data_dir);
     let (ack_tx, ack_rx) = mpsc::channel::<pb::ReplicaAck>(16);
     let ack = |revision: u64| pb::ReplicaAck {
         replica: config.name.clone(),
         durable_revision: revision,
+        term: config.term,
+        ..Default::default()
     };
-    // Revision 0 until the primary's log id says whether our position counts for it.
-    let _ = ack_tx.try_send(ack(0));
+    // The first message: where the data here stands, so the primary says whether it resumes.
+    let _ = ack_tx.try_send(pb::ReplicaAck {
+        position_log_id,
+        position_revision,
+        ..ack(0)
+    });
     let mut infos = pb::replication_client::ReplicationClient::new(channel.clone())
         .follow(ReceiverStream::new(ack_rx))
         .await
@@ -192,20 +240,28 @@ async fn follow_once(
         .await
         .map_err(|e| e.message().to_string())?
         .ok_or("the primary closed the replication stream")?;
+    if config.term != 0 && first.term != config.term {
+        // Never confirm a write of a term ZooKeeper does not name (a deposed primary).
+        return Err(format!(
+            "the primary at {} serves term {}, ZooKeeper names term {}",
+            config.primary, first.term, config.term
+        ));
+    }
     let log_id = first.log_id;
     fig.primary_log_id.store(log_id, Ordering::Relaxed);
     fig.primary_revision
         .store(first.revision, Ordering::Relaxed);
-    let resume_from = match position {
-        Some((id, r)) if id == log_id && r > 0 => Some(r),
-        _ => None,
-    };
-    let create = match resume_from {
+    let create = match first.resume_from {
         Some(r) => {
             fig.applied_revision.store(r, Ordering::Relaxed);
             fig.complete.store(true, Ordering::Relaxed);
             fig.resumes.fetch_add(1, Ordering::Relaxed);
-            ack_tx.send(ack(r)).await.map_err(|_| "ack stream closed")?;
+            {
+                let mut lineage = repl.lineage.lock();
+                lineage.follow(log_id);
+                lineage.note(r, persist.durable_lsn());
+            }
+            // Acknowledged only through the lease check below, with the first batch.
             tracing::info!(primary = %config.primary, revision = r, "replication: resuming");
             pb::WatchCreateRequest {
                 prefix: true,
@@ -214,17 +270,19 @@ async fn follow_once(
             }
         }
         None => {
-            // A full copy: whatever this node held is discarded first.
             fig.complete.store(false, Ordering::Relaxed);
+            repl.lineage.lock().clear();
             drop_position(&config.data_dir).map_err(|e| format!("position file: {e}"))?;
-            let ((), ticket) = cairn_persist::capture(|| store.flush_all());
-            persist
-                .durable(ticket)
-                .await
-                .map_err(|e| format!("local log: {e}"))?;
             fig.applied_revision.store(0, Ordering::Relaxed);
             fig.full_syncs.fetch_add(1, Ordering::Relaxed);
             tracing::info!(primary = %config.primary, "replication: taking a full copy");
+            if store.has_flash() {
+                let ((), ticket) = cairn_persist::capture(|| store.flush_all());
+                persist
+                    .durable(ticket)
+                    .await
+                    .map_err(|e| format!("local log: {e}"))?;
+            }
             pb::WatchCreateRequest {
                 prefix: true,
                 initial_state: true,
@@ -232,6 +290,8 @@ async fn follow_once(
             }
         }
     };
+    // Items older than this are not the primary's once its initial state is all here.
+    let copy_mark = first.resume_from.is_none().then(|| store.newest_revision());
     let (req_tx, req_rx) = mpsc::channel(4);
     req_tx
         .send(pb::WatchRequest {
@@ -248,7 +308,27 @@ async fn follow_once(
     fig.connected.store(true, Ordering::Relaxed);
     // Whether the state here is complete up to `applied` (false during a full copy until
     // initial_state_done).
-    let mut complete = resume_from.is_some();
+    let mut complete = first.resume_from.is_some();
+    // The newest revision held durable here, and whether the primary was told.
+    let mut held = first.resume_from.unwrap_or(0);
+    let mut told = false;
+    // Confirms `held` to the primary, if this node may (its lease holds: group.rs).
+    let confirm = |held: u64, told: &mut bool| {
+        if *told || !complete_and_leased(repl, held) {
+            return Ok(());
+        }
+        match ack_tx.try_send(ack(held)) {
+            Ok(()) => {
+                *told = true;
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err("ack stream closed".to_string()),
+        }
+    };
+    if complete {
+        confirm(held, &mut told)?;
+    }
     loop {
         let first = tokio::select! {
             r = responses.message() => match r {
@@ -259,6 +339,10 @@ async fn follow_once(
             i = infos.message() => match i {
                 Ok(Some(i)) => {
                     fig.primary_revision.store(i.revision, Ordering::Relaxed);
+                    if complete {
+                        // What could not be confirmed earlier (the lease lapsed) is now.
+                        confirm(held, &mut told)?;
+                    }
                     continue;
                 }
                 _ => return Err("the primary ended the replication stream".into()),
@@ -289,6 +373,7 @@ async fn follow_once(
         }
         if let Some(resp) = batch.iter().find(|r| r.canceled) {
             fig.complete.store(false, Ordering::Relaxed);
+            repl.lineage.lock().clear();
             drop_position(&config.data_dir).map_err(|e| format!("position file: {e}"))?;
             return Err(format!(
                 "the primary's history no longer holds our revision (compacted to {}): {}; \
@@ -298,11 +383,21 @@ async fn follow_once(
         }
         let now = now_unix();
         let mut bytes = 0u64;
+        let done = batch.iter().position(|r| r.initial_state_done);
         let ((), ticket) = cairn_persist::capture(|| {
-            for resp in &batch {
+            for (i, resp) in batch.iter().enumerate() {
                 for kv in &resp.initial_items {
                     bytes += (kv.key.len() + kv.value.len()) as u64;
                     apply_put(store, now, kv);
+                }
+                if Some(i) == done {
+                    if let Some(mark) = copy_mark {
+                        let swept = sweep_older_than(store, mark, now);
+                        tracing::info!(
+                            swept,
+                            "replication: items the primary does not hold removed"
+                        );
+                    }
                 }
                 for ev in &resp.events {
                     bytes += event_bytes(ev);
@@ -317,9 +412,10 @@ async fn follow_once(
             .await
             .map_err(|e| format!("local log: {e}"))?;
         fig.pending_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        if let Some(done) = batch.iter().find(|r| r.initial_state_done) {
+        if let Some(i) = done {
             complete = true;
-            tracing::info!(revision = ?done.header.as_ref().map(|h| h.revision), "replication: full copy done");
+            tracing::info!(revision = ?batch[i].header.as_ref().map(|h| h.revision), "replication: full copy done");
+            repl.lineage.lock().follow(log_id);
         }
         if complete {
             fig.complete.store(true, Ordering::Relaxed);
@@ -333,20 +429,26 @@ async fn follow_once(
                 })
                 .max()
                 .unwrap_or(0);
-            if revision > fig.applied_revision.load(Ordering::Relaxed) {
+            if revision > held {
+                held = revision;
+                told = false;
                 fig.applied_revision.store(revision, Ordering::Relaxed);
                 write_position(&config.data_dir, log_id, revision)
                     .map_err(|e| format!("position file: {e}"))?;
-                ack_tx
-                    .send(ack(revision))
-                    .await
-                    .map_err(|_| "ack stream closed")?;
+                repl.lineage.lock().note(revision, persist.durable_lsn());
             }
+            confirm(held, &mut told)?;
         }
         if let Some(why) = ended {
             return Err(why);
         }
     }
+}
+
+/// Whether this replica may confirm `held` now: in a group only while its lease holds (a
+/// replica cut off from ZooKeeper stops confirming, see lease.rs).
+fn complete_and_leased(repl: &Replication, held: u64) -> bool {
+    held > 0 && (!repl.in_group() || repl.lease.valid())
 }
 
 #[cfg(test)]

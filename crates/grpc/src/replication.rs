@@ -4,8 +4,10 @@
 //! cluster layer implements; this file only carries the stream.
 //!
 //! ```text
-//!   replica ── Follow(stream ReplicaAck) ──> ReplicaAcks::acked(replica, durable_revision)
-//!           <── PrimaryInfo{log_id, revision} first, then every 100 ms while open
+//!   replica ── Follow(stream ReplicaAck) ──> ReplicaAcks::acked(replica, durable_revision, term)
+//!           first ack's position ──> ReplicaAcks::resume_from ──> the first PrimaryInfo's
+//!             resume_from (absent: a full copy)
+//!           <── PrimaryInfo{log_id, revision, term} first, then every 100 ms while open
 //!   stream ends ──> ReplicaAcks::gone(replica)
 //! ```
 
@@ -23,8 +25,14 @@ use crate::Backend;
 pub trait ReplicaAcks: Send + Sync {
     /// Why this node does not take replicas now (it is a replica itself), if it does not.
     fn refusal(&self) -> Option<String>;
-    /// `replica` holds every event up to `durable_revision` durable.
-    fn acked(&self, replica: &str, durable_revision: u64);
+    /// This primary's term (0 outside a replication group).
+    fn term(&self) -> u64;
+    /// Where a replica whose data stands at `position` (a log id and a revision of that log)
+    /// may resume in this primary's log, whose id and newest published revision are `own`;
+    /// None: it takes a full copy.
+    fn resume_from(&self, position: (u64, u64), own: (u64, u64)) -> Option<u64>;
+    /// `replica`, following `term`, holds every event up to `durable_revision` durable.
+    fn acked(&self, replica: &str, durable_revision: u64, term: u64);
     /// `replica`'s stream ended.
     fn gone(&self, replica: &str);
 }
@@ -60,30 +68,48 @@ impl pb::replication_server::Replication for ReplicationService {
         let log_id = self.b.persist.as_ref().map_or(0, |p| p.log_id());
         let hub = Arc::clone(&self.b.hub);
         let mut incoming = request.into_inner();
+        // The replica's first message says where its data stands: the first answer says
+        // whether it may resume, and from where.
+        let first = match incoming.next().await {
+            Some(Ok(ack)) => ack,
+            Some(Err(e)) => return Err(e),
+            None => return Err(Status::cancelled("the replica closed the stream")),
+        };
+        let term = acks.term();
+        let resume_from = acks.resume_from(
+            (first.position_log_id, first.position_revision),
+            (log_id, hub.published()),
+        );
         let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let info = move |hub: &crate::Hub, resume_from| pb::PrimaryInfo {
+            log_id,
+            revision: hub.published(),
+            term,
+            resume_from,
+        };
+        let _ = tx.try_send(Ok(info(&hub, resume_from)));
+        acks.acked(&first.replica, first.durable_revision, first.term);
         tokio::spawn(async move {
-            let mut name: Option<String> = None;
+            let mut name = first.replica;
             let mut tick = tokio::time::interval(Duration::from_millis(100));
+            tick.tick().await;
             loop {
                 tokio::select! {
                     m = incoming.next() => match m {
                         Some(Ok(ack)) => {
-                            acks.acked(&ack.replica, ack.durable_revision);
-                            name = Some(ack.replica);
+                            acks.acked(&ack.replica, ack.durable_revision, ack.term);
+                            name = ack.replica;
                         }
                         _ => break,
                     },
                     _ = tick.tick() => {
-                        let info = pb::PrimaryInfo { log_id, revision: hub.published() };
-                        if tx.send(Ok(info)).await.is_err() {
+                        if tx.send(Ok(info(&hub, None))).await.is_err() {
                             break;
                         }
                     }
                 }
             }
-            if let Some(n) = name {
-                acks.gone(&n);
-            }
+            acks.gone(&name);
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
         Ok(Response::new(Box::pin(stream) as InfoStream))

@@ -154,7 +154,7 @@ pub(crate) fn parse<'a>(
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
             return meta::parse(cmd, &args, buf, line_len, limits)
         }
-        b"config" | b"checkpoint" => Request::Admin {
+        b"config" | b"checkpoint" | b"failover" => Request::Admin {
             words: std::iter::once(cmd)
                 .chain(args.iter().copied())
                 .map(|a| String::from_utf8_lossy(a).into_owned())

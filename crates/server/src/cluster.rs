@@ -69,6 +69,8 @@ pub fn start_follower(ctx: &Arc<Ctx>, local: SocketAddr, stop: tokio::sync::watc
     };
     let config = cairn_cluster::FollowerConfig {
         primary,
+        // Outside a group there is no term to check.
+        term: 0,
         name: local.to_string(),
         data_dir: ctx.config.snapshot_dir(),
     };
@@ -87,7 +89,19 @@ pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let Some(r) = &ctx.replication else {
         return vec![("role", "none".into())];
     };
+    use std::sync::atomic::Ordering::Relaxed;
     let mut out = vec![("mode", r.mode().name().to_string())];
+    if r.in_group() {
+        if let Some(p) = &ctx.persist {
+            out.push(("node_id", cairn_cluster::group::node_id(p)));
+        }
+        out.push(("term", r.term().to_string()));
+        out.push((
+            "lease",
+            if r.lease.valid() { "held" } else { "none" }.into(),
+        ));
+        out.push(("lease_refusals", r.lease_refusals.load(Relaxed).to_string()));
+    }
     match r.role() {
         Role::Primary => {
             let published = ctx.hub.as_ref().map_or(0, |h| h.published());
@@ -101,21 +115,20 @@ pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
             out.push(("role", "primary".into()));
             out.push(("revision", published.to_string()));
             out.push(("replicas", replicas.len().to_string()));
+            if r.in_group() {
+                let in_sync: Vec<String> = r.in_sync().into_iter().collect();
+                out.push(("in_sync", in_sync.join(",")));
+                out.push(("committed_revision", r.committed().to_string()));
+            }
             out.push(("replica_acked_revision", acked.to_string()));
             out.push(("lag_revisions", lag.to_string()));
             out.push((
                 "lag_bytes",
                 lag_bytes(ctx, acked, published, lag).to_string(),
             ));
-            out.push((
-                "sync_timeouts",
-                r.timeouts
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .to_string(),
-            ));
+            out.push(("sync_timeouts", r.timeouts.load(Relaxed).to_string()));
         }
         Role::Replica { primary } => {
-            use std::sync::atomic::Ordering::Relaxed;
             let f = &r.follower;
             let applied = f.applied_revision.load(Relaxed);
             let theirs = f.primary_revision.load(Relaxed);
@@ -131,6 +144,15 @@ pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
                 .into(),
             ));
             out.push(("applied_revision", applied.to_string()));
+            out.push((
+                "complete",
+                if f.complete.load(Relaxed) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .into(),
+            ));
             out.push(("primary_revision", theirs.to_string()));
             out.push(("lag_revisions", theirs.saturating_sub(applied).to_string()));
             out.push(("lag_bytes", f.pending_bytes.load(Relaxed).to_string()));

@@ -757,6 +757,11 @@ impl Store {
         shard::needed(key, value.len(), meta.flags, meta.exptime)
     }
 
+    /// Whether RAM evictions go to a flash tier.
+    pub fn has_flash(&self) -> bool {
+        self.shards[0].lock().tier.is_some()
+    }
+
     /// Number of shards in use (fewer than configured when memory is small).
     pub fn shard_count(&self) -> usize {
         self.shards.len()

@@ -5,6 +5,9 @@
 //!   config async_logging [on|off]            switch between async and sync acknowledgement
 //!   config chkpt_interval_pct_snapshot [N]   ARCUS checkpoint trigger: log >= N% of snapshot
 //!   config chkpt_interval_min_logsize [N]    ...and log >= N MiB
+//!   failover force                           in a replication group with no complete member
+//!                                            alive: this member becomes the primary with
+//!                                            what it holds; the answer says what is lost
 //! ```
 //!
 //! With a value, `config KEY V` sets the key and answers `OK`; a bad value changes nothing and
@@ -54,7 +57,9 @@ pub fn refusal(ctx: &Ctx) -> Option<&'static [u8]> {
 /// Runs one admin line (`words[0]` is `checkpoint` or `config`).
 pub async fn run(ctx: &Arc<Ctx>, words: &[String], out: &mut Vec<u8>) {
     // Writes: `checkpoint` and `config KEY VALUE`. Reads (`config KEY`) are open to all.
-    let writes = words.first().is_some_and(|w| w == "checkpoint")
+    let writes = words
+        .first()
+        .is_some_and(|w| w == "checkpoint" || w == "failover")
         || (words.first().is_some_and(|w| w == "config") && words.len() >= 3);
     if writes {
         if let Some(reply) = refusal(ctx) {
@@ -109,6 +114,14 @@ pub async fn run(ctx: &Arc<Ctx>, words: &[String], out: &mut Vec<u8>) {
             None => line(out, USAGE),
         },
         ["config", ..] => line(out, USAGE),
+        ["failover", "force"] => match &ctx.replication {
+            Some(r) => match r.force().await {
+                Ok(what) => line(out, &format!("OK {what}")),
+                Err(why) => line(out, &format!("SERVER_ERROR {why}")),
+            },
+            None => line(out, "SERVER_ERROR this node is not in a replication group"),
+        },
+        ["failover", ..] => line(out, "CLIENT_ERROR usage: failover force"),
         _ => line(out, "ERROR"),
     }
 }
