@@ -12,7 +12,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cairn_grpc::pb::{self, kv_client::KvClient, watch_client::WatchClient};
 use common::Server;
@@ -641,6 +643,149 @@ fn check_segment(s: &Segment, reference: &[Seen], what: &str) {
     }
 }
 
+/// How a watch stream read by a task ended.
+#[derive(Debug)]
+enum StreamEnd {
+    /// The test stopped it.
+    Stopped,
+    /// The server ended it.
+    Closed,
+    Failed(tonic::Status),
+}
+
+/// How a writer of the random run ended.
+#[derive(Debug)]
+enum WriterEnd {
+    /// Every write it was to make was acknowledged.
+    Done { acked: usize },
+    /// A write failed after `acked` acknowledged ones; `after_kill`: the test had announced
+    /// the kill by then.
+    CutOff {
+        acked: usize,
+        after_kill: bool,
+        error: String,
+    },
+}
+
+/// A task's result; its panic, if it panicked, goes on in the caller.
+async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
+    match task.await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// A thread's result; its panic, if it panicked, goes on in the caller.
+fn joined_thread<T>(thread: std::thread::JoinHandle<T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The memcached writer of the random run: text and meta sets and deletes on `p/0`..`p/39`,
+/// `limit` of them (or until the connection fails). Each reply must be one of the replies of
+/// its command; a failure of the connection ends it, noting whether the kill was announced.
+fn memcached_writer(
+    addr: std::net::SocketAddr,
+    seed: u64,
+    limit: usize,
+    killed: &AtomicBool,
+    acked: &AtomicUsize,
+) -> WriterEnd {
+    use std::io::{BufRead, Write};
+    let mut r = cairn_testkit::Rng::new(seed);
+    let stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut replies = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    for i in 0..limit {
+        let key = format!("p/{}", r.below(40));
+        let (req, allowed): (String, &[&str]) = match r.below(10) {
+            0 => (
+                format!("delete {key}\r\n"),
+                &["DELETED\r\n", "NOT_FOUND\r\n"],
+            ),
+            1 => (format!("md {key}\r\n"), &["HD\r\n", "NF\r\n"]),
+            2 => (format!("ms {key} 3\r\nm{:02}\r\n", i % 100), &["HD\r\n"]),
+            _ => (
+                format!("set {key} 0 0 4\r\nt{:03}\r\n", i % 1000),
+                &["STORED\r\n"],
+            ),
+        };
+        let mut line = String::new();
+        let sent = stream.write_all(req.as_bytes());
+        let failure = match sent.and_then(|()| replies.read_line(&mut line)) {
+            Ok(0) => Some("closed".to_string()),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(error) = failure {
+            return WriterEnd::CutOff {
+                acked: acked.load(Ordering::Acquire),
+                after_kill: killed.load(Ordering::Acquire),
+                error,
+            };
+        }
+        assert!(
+            allowed.contains(&line.as_str()),
+            "{req:?} answered {line:?}"
+        );
+        acked.fetch_add(1, Ordering::AcqRel);
+    }
+    WriterEnd::Done {
+        acked: acked.load(Ordering::Acquire),
+    }
+}
+
+/// The gRPC writer of the random run: sets and deletes on `p/0`..`p/39`, `limit` of them (or
+/// until one fails). A delete of a missing key (NOT_FOUND) is an answer, any other error ends
+/// it, noting whether the kill was announced.
+async fn grpc_writer(
+    mut kv: KvClient<Channel>,
+    seed: u64,
+    limit: usize,
+    killed: &AtomicBool,
+    acked: &AtomicUsize,
+) -> WriterEnd {
+    let mut r = cairn_testkit::Rng::new(seed);
+    for i in 0..limit {
+        let key = format!("p/{}", r.below(40));
+        let result = if r.below(5) == 0 {
+            kv.delete(pb::DeleteRequest {
+                key: key.into(),
+                compare: None,
+            })
+            .await
+            .map(|_| ())
+        } else {
+            kv.set(pb::SetRequest {
+                key: key.into(),
+                value: format!("g{i:04}").into(),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+        };
+        match result {
+            Ok(()) => {}
+            Err(e) if e.code() == tonic::Code::NotFound => {}
+            Err(e) => {
+                return WriterEnd::CutOff {
+                    acked: acked.load(Ordering::Acquire),
+                    after_kill: killed.load(Ordering::Acquire),
+                    error: e.to_string(),
+                }
+            }
+        }
+        acked.fetch_add(1, Ordering::AcqRel);
+    }
+    WriterEnd::Done {
+        acked: acked.load(Ordering::Acquire),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
     let seed = cairn_testkit::Rng::seed();
@@ -672,84 +817,51 @@ async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
         let ch = channel(&server).await;
         let resume = reference.last().map_or(1, |e| e.0 + 1);
         let (ref_tx, mut ref_rx) = mpsc::unbounded_channel();
-        let ref_task = tokio::spawn({
-            let ch = ch.clone();
-            async move {
-                let mut w = Watch::open_raw(
-                    ch,
-                    pb::WatchCreateRequest {
-                        key: "p/".into(),
-                        prefix: true,
-                        start_revision: resume,
-                        ..Default::default()
-                    },
-                )
-                .await;
-                while let Ok(Some(m)) = w.rx.message().await {
-                    assert!(!m.canceled, "reference: {m:?}");
-                    for e in &m.events {
-                        let _ = ref_tx.send(seen(e));
-                    }
-                }
-            }
-        });
-        // Writers: memcached text and meta, and gRPC.
-        let ops = 250 + below(100);
-        let addr = server.addr;
-        let mc_seed = below(u64::MAX);
-        let mc = std::thread::spawn(move || {
-            let mut r = cairn_testkit::Rng::new(mc_seed);
-            let Ok(s) = std::net::TcpStream::connect(addr) else {
-                return;
-            };
-            let mut c = common::Conn { stream: s };
-            for i in 0..ops {
-                let key = format!("p/{}", r.below(40));
-                let req = match r.below(10) {
-                    0 => format!("delete {key}\r\n"),
-                    1 => format!("md {key}\r\n"),
-                    2 => format!("ms {key} 3\r\nm{:02}\r\n", i % 100),
-                    _ => format!("set {key} 0 0 4\r\nt{:03}\r\n", i % 1000),
+        // Open before the writers start (the created response read), then read by a task.
+        let mut ref_watch = Watch::open(
+            ch.clone(),
+            pb::WatchCreateRequest {
+                key: "p/".into(),
+                prefix: true,
+                start_revision: resume,
+                ..Default::default()
+            },
+        )
+        .await;
+        let (stop_ref, mut ref_stopped) = tokio::sync::oneshot::channel::<()>();
+        let ref_task = tokio::spawn(async move {
+            loop {
+                let m = tokio::select! {
+                    _ = &mut ref_stopped => return StreamEnd::Stopped,
+                    m = ref_watch.rx.message() => m,
                 };
-                use std::io::{Read, Write};
-                if c.stream.write_all(req.as_bytes()).is_err() {
-                    return;
-                }
-                let mut buf = [0u8; 64];
-                if !matches!(c.stream.read(&mut buf), Ok(n) if n > 0) {
-                    return;
-                }
-            }
-        });
-        let grpc_writer = tokio::spawn({
-            let mut kv = KvClient::new(ch.clone());
-            let seed = below(u64::MAX);
-            async move {
-                let mut r = cairn_testkit::Rng::new(seed);
-                for i in 0..ops {
-                    let key = format!("p/{}", r.below(40));
-                    let ok = if r.below(5) == 0 {
-                        kv.delete(pb::DeleteRequest {
-                            key: key.into(),
-                            compare: None,
-                        })
-                        .await
-                    } else {
-                        kv.set(pb::SetRequest {
-                            key: key.into(),
-                            value: format!("g{i:04}").into(),
-                            ..Default::default()
-                        })
-                        .await
-                        .map(|_| tonic::Response::new(pb::DeleteResponse::default()))
-                    };
-                    if let Err(e) = ok {
-                        if e.code() != tonic::Code::NotFound {
-                            return;
+                match m {
+                    Ok(Some(m)) => {
+                        assert!(!m.canceled, "reference: {m:?}");
+                        for e in &m.events {
+                            ref_tx.send(seen(e)).expect("the test holds the receiver");
                         }
                     }
+                    Ok(None) => return StreamEnd::Closed,
+                    Err(status) => return StreamEnd::Failed(status),
                 }
             }
+        });
+        // Writers: memcached text and meta, and gRPC. In phase 0 they write until the kill
+        // cuts them off (so it comes in the middle of their writes); in phase 1 `ops` each.
+        let ops = 250 + below(100);
+        let limit = if phase == 0 { usize::MAX } else { ops as usize };
+        let killed = Arc::new(AtomicBool::new(false));
+        let acked = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+        let mc = std::thread::spawn({
+            let (addr, seed) = (server.addr, below(u64::MAX));
+            let (killed, acked) = (Arc::clone(&killed), Arc::clone(&acked[0]));
+            move || memcached_writer(addr, seed, limit, &killed, &acked)
+        });
+        let grpc_writer = tokio::spawn({
+            let (kv, seed) = (KvClient::new(ch.clone()), below(u64::MAX));
+            let (killed, acked) = (Arc::clone(&killed), Arc::clone(&acked[1]));
+            async move { grpc_writer(kv, seed, limit, &killed, &acked).await }
         });
         // Watchers that come and go: from now, from a revision seen, resumed at last + 1.
         for i in 0..6 {
@@ -768,19 +880,64 @@ async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
             segments.push((resumed, format!("phase {phase} watcher {i} resumed")));
         }
         if phase == 0 {
-            // kill -9 in the middle of the writes (sync: what was published is on disk).
+            // kill -9 in the middle of the writes (sync: what was published is on disk), once
+            // each writer has had a random number of writes acknowledged.
+            let kill_at = 50 + below(200) as usize;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while acked.iter().any(|a| a.load(Ordering::Acquire) < kill_at) {
+                if mc.is_finished() {
+                    let end = joined_thread(mc);
+                    panic!("seed {seed}: the memcached writer stopped before the kill: {end:?}");
+                }
+                if grpc_writer.is_finished() {
+                    let end = joined(grpc_writer).await;
+                    panic!("seed {seed}: the gRPC writer stopped before the kill: {end:?}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "seed {seed}: the writers never reached {kill_at} acknowledged writes: {acked:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             let dir = server.dir.clone();
+            killed.store(true, Ordering::Release);
             server.kill9();
-            let _ = grpc_writer.await;
-            mc.join().unwrap();
-            let _ = ref_task.await;
+            // Each writer was cut off by the kill, not before it; so was the reference.
+            let ends = [
+                ("memcached", joined_thread(mc)),
+                ("gRPC", joined(grpc_writer).await),
+            ];
+            for (who, end) in ends {
+                match end {
+                    WriterEnd::CutOff {
+                        acked,
+                        after_kill: true,
+                        error,
+                    } => eprintln!(
+                        "phase 0: the {who} writer, {acked} writes acknowledged, cut off by the \
+                         kill: {error}"
+                    ),
+                    end => panic!("seed {seed}: the {who} writer did not end at the kill: {end:?}"),
+                }
+            }
+            match joined(ref_task).await {
+                StreamEnd::Failed(status) => {
+                    eprintln!("phase 0: the reference cut off by the kill: {status}")
+                }
+                StreamEnd::Closed => eprintln!("phase 0: the reference closed by the kill"),
+                StreamEnd::Stopped => unreachable!("phase 0 does not stop the reference"),
+            }
             while let Ok(e) = ref_rx.try_recv() {
                 reference.push(e);
             }
             server = Server::start_in(&dir, &args("3"));
         } else {
-            grpc_writer.await.unwrap();
-            mc.join().unwrap();
+            for end in [joined_thread(mc), joined(grpc_writer).await] {
+                assert!(
+                    matches!(end, WriterEnd::Done { acked } if acked == ops as usize),
+                    "seed {seed}: phase 1 had no kill, every write is acknowledged: {end:?}"
+                );
+            }
             // Every reference event up to the final revision, then stop it.
             let (want, at) = scan_all(&mut KvClient::new(ch.clone()), b"p/").await;
             while reference.last().map_or(0, |e| e.0) < at
@@ -797,7 +954,13 @@ async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
                         .expect("the reference stream is open"),
                 );
             }
-            ref_task.abort();
+            // The reference ran until stopped: it never failed, closed or panicked.
+            let _ = stop_ref.send(());
+            let end = joined(ref_task).await;
+            assert!(
+                matches!(end, StreamEnd::Stopped),
+                "seed {seed}: the reference {end:?}"
+            );
             // Mirror: the reference applied in order equals the store.
             let mirror: Mirror = state_at(&reference, u64::MAX)
                 .into_iter()
@@ -823,14 +986,29 @@ async fn watch_properties_hold_over_a_random_run_with_a_kill_9() {
                     break m.header.unwrap().revision;
                 }
             };
+            // Exactly the reference's state at R: every item it holds, nothing more.
             let at_r = state_at(&reference, r);
+            let mut initial = BTreeMap::new();
             for kv in &items {
-                assert_eq!(
-                    at_r.get(&kv.key[..]),
-                    Some(&(kv.value.to_vec(), kv.mod_revision)),
-                    "seed {seed}: initial item {kv:?} at {r}"
+                let item = (kv.value.to_vec(), kv.mod_revision);
+                assert!(
+                    initial.insert(kv.key.to_vec(), item).is_none(),
+                    "seed {seed}: initial item {kv:?} twice"
                 );
             }
+            let text = |m: &BTreeMap<Vec<u8>, (Vec<u8>, u64)>| -> BTreeMap<String, (String, u64)> {
+                m.iter()
+                    .map(|(k, (v, rev))| {
+                        let t = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                        (t(k), (t(v), *rev))
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                text(&initial),
+                text(&at_r),
+                "seed {seed}: the initial state at {r} is the reference's state there"
+            );
         }
     }
     assert!(
@@ -899,8 +1077,14 @@ fn a_sync_grpc_write_is_acknowledged_only_once_fdatasynced() {
         let mut kv = kv.clone();
         async move { kv.set(set_request("held")).await }
     });
-    // Wait until the log's fdatasync of that write is held (a condition, polled).
+    // Wait until the log's fdatasync of that write is held (a condition, polled; a minute
+    // without it fails instead of hanging).
+    let deadline = Instant::now() + Duration::from_secs(60);
     while fs.syncs_held() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the write's fdatasync was never held"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     fs.power_loss();

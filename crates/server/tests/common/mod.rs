@@ -192,7 +192,8 @@ impl LogTail {
 /// `--io-engine X` when the environment names `CAIRN_TEST_IO_ENGINE=X` (scripts/test-all.sh
 /// runs the wire tests again on `tokio`; uring is the default on Linux), unless the test's
 /// server uses TLS (tokio only). `uring` on a machine without io_uring is ignored, with a note
-/// on stderr.
+/// on stderr, except under CI (`CI` set), where it fails the test: the run asked for the
+/// io_uring engine and would not have tested it.
 fn io_engine(args: &[&str]) -> Vec<String> {
     let Ok(engine) = std::env::var("CAIRN_TEST_IO_ENGINE") else {
         return Vec::new();
@@ -202,6 +203,10 @@ fn io_engine(args: &[&str]) -> Vec<String> {
     }
     if engine == "uring" {
         if let Err(e) = cairn_server::uring::available() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CAIRN_TEST_IO_ENGINE=uring under CI, and io_uring is not available ({e})"
+            );
             eprintln!("CAIRN_TEST_IO_ENGINE=uring ignored: io_uring is not available here ({e})");
             return Vec::new();
         }
