@@ -109,7 +109,7 @@ class Cluster:
         for h, ip in ips.items():
             data = work / h / "data"
             if slow_disk:
-                d = diskmod.Disk(h, f"{self.prefix}-{h}", self.out / "disks")
+                d = diskmod.Disk(h, self.prefix, self.out / "disks")
                 self.disks[h] = d
                 data = d.create() / "data"
             node = Node(h, ip, self.net, self.cfg.cairn, data, logs, args)
@@ -181,6 +181,17 @@ class Cluster:
             if p.addr_text == listed:
                 return p
         raise NotHealthy(f"no single primary: {[p.host for p in ps]}, ZooKeeper lists {listed}")
+
+    def members(self) -> list[str]:
+        """The group's member znodes in ZooKeeper ([] if it cannot be read)."""
+        try:
+            return [
+                m
+                for m in self.discovery.zk.get_children(f"/arcus_repl/group_list/{self.service}/g0")
+                if "^" in m
+            ]
+        except Exception:
+            return []
 
     def others(self, node: Node) -> list[Node]:
         return [n for n in self.nodes if n is not node]
@@ -292,6 +303,20 @@ class Cluster:
         stop_clients(cs)
 
     # ---- data -------------------------------------------------------------------------
+
+    def write_filler(self, gen: str) -> dict:
+        """Writes `filler` new keys of `filler_bytes` each to the primary (what a full copy
+        has to move), recorded as the "loader" process's acknowledged writes."""
+        from .workload import load
+
+        cfg = self.cfg
+        pad = "x" * max(0, cfg.filler_bytes - 24)
+        items = [(f"fill{gen}.{i}", f"loader{gen}.{i}.{pad}") for i in range(cfg.filler)]
+        p = self.primary()
+        t = time.monotonic()
+        stored = load(p.addr_text, items, self.history, self.clock, self.net.client_ip, 10)
+        self.event(f"filler {gen}: {stored}/{cfg.filler} keys stored on {p.host}")
+        return {"keys": cfg.filler, "stored": stored, "seconds": round(time.monotonic() - t, 2)}
 
     def read_all(self, node: Node, keys: list[str], timeout_s: float = 5) -> dict[str, str | None]:
         with Conn(node.addr, self.net.control_ip, timeout_s) as c:

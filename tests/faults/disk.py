@@ -2,8 +2,8 @@
 the node's process in a cgroup v1 blkio group whose write IOPS can be throttled.
 
 ```text
-  <out>/disks/nK.img (sparse, 512 MiB) ── losetup ── /dev/loopM ── mkfs.ext4 ── mount
-      <out>/disks/nK/   = the node's --data-dir
+  <out>/disks/<prefix>-nK.img (sparse, 512 MiB) ── losetup ── /dev/loopM ── mkfs.ext4
+      ── mount on <out>/disks/<prefix>-nK/   (its data/ is the node's --data-dir)
   /sys/fs/cgroup/blkio/<prefix>-nK/   cgroup.procs <- the node's PID (after each start)
       blkio.throttle.write_iops_device = "7:M <iops>" (0 = no limit)
 ```
@@ -40,11 +40,12 @@ def available() -> str | None:
 
 
 class Disk:
-    def __init__(self, name: str, cgroup: str, folder: Path, size_mb: int = 512):
+    def __init__(self, name: str, prefix: str, folder: Path, size_mb: int = 512):
         self.name = name
-        self.image = folder / f"{name}.img"
-        self.mount = folder / name
-        self.cgroup = BLKIO / cgroup
+        # Named with the run's prefix, so that --cleanup finds what a killed run left.
+        self.image = folder / f"{prefix}-{name}.img"
+        self.mount = folder / f"{prefix}-{name}"
+        self.cgroup = BLKIO / f"{prefix}-{name}"
         self.size_mb = size_mb
         self.loop: str | None = None
         self.majmin: str | None = None
@@ -96,6 +97,10 @@ class Disk:
             if run(["umount", str(self.mount)], check=False).returncode != 0:
                 run(["umount", "-l", str(self.mount)], check=False)
             self.mounted = False
+            try:
+                self.mount.rmdir()
+            except OSError:
+                pass
         if self.loop:
             run(["losetup", "-d", self.loop], check=False)
             self.loop = None
@@ -103,3 +108,19 @@ class Disk:
             self.image.unlink()
         except OSError:
             pass
+
+
+def leftovers(pattern: str) -> list[tuple[str, str, list[str]]]:
+    """(loop device, image, mount points) of images whose file name matches `pattern` (a
+    regular expression): disks a killed run left behind."""
+    import re
+
+    out = []
+    p = run(["losetup", "-l", "-n", "-O", "NAME,BACK-FILE"], check=False)
+    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    for line in p.stdout.splitlines():
+        words = line.split(None, 1)
+        if len(words) == 2 and re.match(pattern, Path(words[1].strip()).name):
+            dev = words[0]
+            out.append((dev, words[1].strip(), [m[1] for m in mounts if m and m[0] == dev]))
+    return out

@@ -12,7 +12,7 @@ therefore last 1.6 T + 1 s: long enough for a failover under the fault.
 | zk-minority | kill -9 of one ZooKeeper server (the leader) | restart it |
 | zk-majority | kill -9 of two ZooKeeper servers (the leader and a follower) | restart them |
 | pause-primary | SIGSTOP of the primary | SIGCONT |
-| pause-during-full-copy | replication links slowed to `copy_rate`; kill -9 of the primary; once a new primary is elected and a replica takes a full copy from it (the old primary restarted, taking one too), SIGSTOP of the new primary | SIGCONT; links back to full speed |
+| pause-during-full-copy | a fresh filler written (so a full copy has something to move); replication links slowed to `copy_rate`; kill -9 of the primary; once a new primary is elected and a replica takes a full copy from it (the old primary restarted and joined, taking one too), SIGSTOP of the new primary | SIGCONT; links back to full speed |
 | kill-primary | kill -9 of the primary, until a new one is elected | restart it |
 | stale-client | the primary loses ZooKeeper and the other nodes; two extra clients talk to it alone | lift; those clients stop |
 | flapping | the primary's links to ZooKeeper and the other nodes go down and up at random (0.2 s .. T/2 each) for 2.5 T | lift |
@@ -173,6 +173,9 @@ class PauseDuringFullCopy(Nemesis):
 
     def start(self):
         cl = self.cl
+        # A fresh filler, so that the copy takes filler * filler_bytes / copy_rate seconds
+        # whatever earlier rounds lost.
+        cl.write_filler(cl.round_name)
         old = cl.primary()
         self.old = old
         before = {n.host: int((n.stats() or {}).get("full_syncs", 0)) for n in cl.others(old)}
@@ -205,13 +208,17 @@ class PauseDuringFullCopy(Nemesis):
                     out.append(n.host)
             return out
 
-        copiers = wait_for("a replica's full copy", copying, 20, every_s=0.02)
-        # The restarted old primary takes a full copy too once it has joined; a little time
-        # for it to start, if it can, so that no complete member is left.
-        time.sleep(min(1.0, self.T / 4))
+        wait_for("a replica's full copy", copying, 20, every_s=0.02)
+        # The restarted old primary takes a full copy too once it has joined the group (its
+        # member znode is there); its copy starts right after.
+        try:
+            wait_for("the old primary to join", lambda: len(cl.members()) >= len(cl.nodes), 10)
+        except NotHealthy:
+            cl.event(f"{old.host} has not joined the group yet")
+        still = copying()
         new.stop()
-        self.notes.update(killed=old.host, paused=new.host, copying=copiers)
-        cl.event(f"{new.host} (new primary) paused (SIGSTOP) during the full copy of {copiers}")
+        self.notes.update(killed=old.host, paused=new.host, copying_at_pause=still)
+        cl.event(f"{new.host} (new primary) paused (SIGSTOP) during the full copy of {still}")
 
     def heal(self):
         self.new.cont()

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import importlib.util
 import json
 import logging
 import os
 import random
+import re
 import secrets
 import signal
 import statistics
@@ -35,7 +37,7 @@ from .checker import check, compare_nodes
 from .cluster import Cluster, NotHealthy
 from .nemesis import ALL, BY_NAME, wait_for
 from .net import leftovers, pick_subnet, run
-from .workload import load, stop_clients
+from .workload import stop_clients
 
 log = logging.getLogger("faults")
 
@@ -116,11 +118,29 @@ def setup_logging(out: Path) -> None:
     logging.getLogger("faults.net").setLevel(logging.INFO)
 
 
+# A running bench writes its PID here under its prefix, so that --cleanup leaves it alone.
+RUNS = Path("/run/cairn-faults") if Path("/run").is_dir() else Path("/tmp/cairn-faults")
+
+
+def alive(prefix: str) -> bool:
+    try:
+        pid = int((RUNS / prefix).read_text())
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def cleanup_leftovers() -> int:
     found = leftovers()
     if not found:
-        print("nothing left behind")
+        print("no namespace or bridge left behind")
+    live = set()
     for prefix, items in found.items():
+        if alive(prefix):
+            print(f"{prefix}: its bench still runs; left alone")
+            live.add(prefix)
+            continue
         print(f"{prefix}: removing {', '.join(items)}")
         for item in items:
             kind, name = item.split(" ", 1)
@@ -130,12 +150,23 @@ def cleanup_leftovers() -> int:
                 run(["ip", "netns", "del", name], check=False)
             else:
                 run(["ip", "link", "del", name], check=False)
-        cg = diskmod.BLKIO
-        for d in cg.glob(f"{prefix}-*") if cg.exists() else []:
+    for dev, image, mounts in diskmod.leftovers(r"^fb[0-9a-f]{6}-n\d+\.img$"):
+        if Path(image).name[:8] in live or alive(Path(image).name[:8]):
+            continue
+        print(f"removing disk {dev} ({image}) mounted on {mounts}")
+        for m in mounts:
+            if run(["umount", m], check=False).returncode != 0:
+                run(["umount", "-l", m], check=False)
+        run(["losetup", "-d", dev], check=False)
+        Path(image).unlink(missing_ok=True)
+    cg = diskmod.BLKIO
+    for d in cg.glob("fb*-n*") if cg.exists() else []:
+        if re.match(r"^fb[0-9a-f]{6}-n\d+$", d.name) and not alive(d.name[:8]):
+            print(f"removing cgroup {d}")
             try:
                 d.rmdir()
             except OSError as e:
-                print(f"  cgroup {d}: {e}")
+                print(f"  {d}: {e}")
     return 0
 
 
@@ -194,17 +225,9 @@ class Bench:
                 break
 
     def write_filler(self) -> None:
-        cl, cfg = self.cl, self.cfg
-        if cfg.filler <= 0:
-            return
-        pad = "x" * max(0, cfg.filler_bytes - 20)
-        items = [(f"fill{i}", f"loader.{i}.{pad}") for i in range(cfg.filler)]
-        p = cl.primary()
-        t = time.monotonic()
-        stored = load(p.addr_text, items, cl.history, cl.clock, cl.net.client_ip, 10)
-        self.load = {"keys": cfg.filler, "stored": stored, "seconds": round(time.monotonic() - t, 2)}
-        cl.event(f"filler: {stored}/{cfg.filler} keys stored on {p.host}")
-        cl.wait_healthy(60)
+        if self.cfg.filler > 0:
+            self.load = self.cl.write_filler("0")
+            self.cl.wait_healthy(60)
 
     def round(self, r: int, name: str) -> dict:
         cfg, cl = self.cfg, self.cl
@@ -261,7 +284,10 @@ class Bench:
         for c in [c for c in cl.clients if c not in clients]:
             c.stop()  # pinned clients a failed heal left running
         cl.clients = []
-        ops = cl.history.since(h0)
+        every = cl.history.since(h0)
+        # The figures count the clients' ops; a filler written in the round is counted apart.
+        ops = [o for o in every if o.process != "loader"]
+        rec["filler_writes"] = len(every) - len(ops)
         mine = [o for o in ops if o.process.startswith(f"{cl.round_name}c")]
         rec["notes"] = nem.notes
         rec["t_fault"] = round(t_fault, 3)
@@ -280,7 +306,7 @@ class Bench:
         hist = cfg.out / "history"
         hist.mkdir(exist_ok=True)
         with open(hist / f"round-{r:03d}.jsonl", "w") as f:
-            for o in ops:
+            for o in every:
                 f.write(o.to_json() + "\n")
         cl.event(
             f"round {r} {name}: ops {rec['ops']} acked {rec['acked_writes']} unknown "
@@ -314,6 +340,9 @@ class Bench:
         self.known_divergent |= {(d[0], d[1]) for d in div}
         rec["keys_checked"] = v.keys_checked
         rec["lost_acked_writes"] = sum(len(k.lost) for k in new_lost)
+        rec["lost_filler_writes"] = sum(
+            sum(o.process == "loader" for o in k.lost) for k in new_lost
+        )
         rec["lost_keys"] = len(new_lost)
         rec["lost_examples"] = [summarize_key(k) for k in new_lost[:5]]
         rec["phantom_values"] = len(new_phantom)
@@ -336,6 +365,7 @@ class Bench:
                 "acked_writes": sum(r["acked_writes"] for r in recs),
                 "unknown_writes": sum(r["unknown_writes"] for r in recs),
                 "lost_acked_writes": sum(r.get("lost_acked_writes", 0) for r in recs),
+                "lost_filler_writes": sum(r.get("lost_filler_writes", 0) for r in recs),
                 "lost_keys": sum(r.get("lost_keys", 0) for r in recs),
                 "phantom_values": sum(r.get("phantom_values", 0) for r in recs),
                 "phantom_reads": sum(r.get("phantom_reads", 0) for r in recs),
@@ -343,6 +373,9 @@ class Bench:
                 "not_recovered": sum(not r.get("recovered", False) for r in recs),
                 "outage_median_s": round(statistics.median(outs), 2) if outs else None,
                 "outage_max_s": round(max(outs), 2) if outs else None,
+                "outage_max_over_session_timeout": (
+                    round(max(outs) / (self.cfg.session_timeout_ms / 1000), 2) if outs else None
+                ),
             }
 
         per_fault = {}
@@ -353,14 +386,21 @@ class Bench:
     def table(self, totals: dict) -> str:
         cols = ["rounds", "ops", "acked_writes", "unknown_writes", "lost_acked_writes",
                 "phantom_values", "divergent_keys", "not_recovered", "outage_median_s",
-                "outage_max_s"]
+                "outage_max_s", "outage_max_over_session_timeout"]
         heads = ["rounds", "ops", "acked", "unknown", "LOST", "phantom", "diverged",
-                 "unrecov", "outage med", "outage max"]
+                 "unrecov", "outage med", "outage max", "max/T"]
         rows = [(name, t) for name, t in totals["per_fault"].items()] + [("TOTAL", totals["all"])]
         w0 = max(len(n) for n, _ in rows)
-        lines = [f"{'fault':<{w0}}  " + "  ".join(f"{h:>10}" for h in heads)]
+        ws = [max(len(h), 6) for h in heads]
+        lines = [f"{'fault':<{w0}}  " + " ".join(f"{h:>{w}}" for h, w in zip(heads, ws))]
         for name, t in rows:
-            lines.append(f"{name:<{w0}}  " + "  ".join(f"{str(t[c]):>10}" for c in cols))
+            lines.append(
+                f"{name:<{w0}}  " + " ".join(f"{str(t[c]):>{w}}" for c, w in zip(cols, ws))
+            )
+        lines.append(
+            "outage: the longest time after the fault with no acknowledged write (s); "
+            f"T = session timeout = {self.cfg.session_timeout_ms / 1000:g} s"
+        )
         return "\n".join(lines)
 
 
@@ -379,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         print(f"unknown faults: {unknown}; known: {[n.name for n in ALL]}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("kazoo") is None:
+        print("kazoo missing: pip install -r tests/faults/requirements.txt, or run "
+              "tests/faults/run.sh (a venv in target/faults-venv)", file=sys.stderr)
         return 2
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -407,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"seed {seed}", flush=True)
     bench = Bench(cfg)
+    RUNS.mkdir(exist_ok=True)
+    pidfile = RUNS / bench.prefix
+    pidfile.write_text(str(os.getpid()))
+    atexit.register(pidfile.unlink, missing_ok=True)
     atexit.register(bench.cl.teardown)
 
     def on_signal(signum, _frame):
