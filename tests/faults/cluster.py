@@ -133,8 +133,7 @@ class Cluster:
         except Exception:
             pass
         if self.discovery:
-            self.discovery.stop()
-            self.discovery = None
+            self.discovery.stop()  # kept: its list of changes goes in the report
         for n in self.nodes:
             try:
                 n.cont()

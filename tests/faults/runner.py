@@ -9,7 +9,8 @@
 ```
 
 Exit code: 0 all good; 1 a check failed (an acknowledged write lost with --replication sync,
-or in any mode a phantom value, a phantom read, or nodes that did not converge); 2 bad usage;
+or in any mode a phantom value, a phantom read, nodes that did not converge, or a group that
+did not recover from a fault by itself within the deadline); 2 bad usage;
 3 the group did not recover from a fault even after every fault was undone, or the bench
 itself could not run.
 """
@@ -185,6 +186,15 @@ def outage(ops, t_fault: float, t_stop: float) -> float:
 def summarize_key(kv) -> dict:
     final = kv.final if kv.final is None or len(kv.final) <= 40 else kv.final[:40] + "..."
     return {"key": kv.key, "final": final, "why": kv.reason, "lost": len(kv.lost)}
+
+
+def round_failed(rec: dict, replication: str) -> bool:
+    return (
+        not rec.get("recovered", False)
+        or not rec.get("checked", False)
+        or (replication == "sync" and rec.get("lost_acked_writes", 0) > 0)
+        or any(rec.get(k, 0) for k in ("phantom_values", "phantom_reads", "divergent_keys"))
+    )
 
 
 class Bench:
@@ -460,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, on_signal)
     t0 = time.monotonic()
     error = None
     try:
@@ -469,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except (NotHealthy, RuntimeError, OSError) as e:
         error = f"{type(e).__name__}: {e}"
         log.exception("the run stopped")
+    except (SystemExit, KeyboardInterrupt) as e:
+        error = f"interrupted ({type(e).__name__} {getattr(e, 'code', '')})"
+        log.error("the run was interrupted")
     finally:
         bench.cl.teardown()
     elapsed = time.monotonic() - t0
@@ -507,10 +520,15 @@ def main(argv: list[str] | None = None) -> int:
     elif t["lost_acked_writes"]:
         print(f"async: {t['lost_acked_writes']} acknowledged writes lost (reported, not a failure)")
     for k, what in (("phantom_values", "phantom values"), ("phantom_reads", "phantom reads"),
-                    ("divergent_keys", "keys diverged between nodes")):
+                    ("divergent_keys", "keys diverged between nodes"),
+                    ("not_recovered", "rounds in which the group did not recover by itself")):
         if t[k]:
             bad.append(f"{t[k]} {what}")
     print(f"report: {out / 'run.json'}; seed {seed}")
+    # A round passes when the group recovered and the checks found nothing that fails the
+    # run (the line's form is one CI's log reader counts).
+    failed = sum(round_failed(r, cfg.replication) for r in bench.rounds)
+    print(f"rounds: {len(bench.rounds) - failed} passed, {failed} failed")
     if bad:
         print("FAILED: " + "; ".join(bad))
         return 1

@@ -133,8 +133,11 @@ class Discovery:
         return p[0] if p else None
 
     def stop(self) -> None:
+        if self.stopped.is_set():
+            return
         self.stopped.set()
-        self.thread.join(5)
+        if self.thread.is_alive():
+            self.thread.join(5)
         try:
             self.zk.stop()
             self.zk.close()
