@@ -355,6 +355,16 @@ class Bench:
         )
         rec["lost_keys"] = len(new_lost)
         rec["lost_examples"] = [summarize_key(k) for k in new_lost[:5]]
+        lost_ops = sorted((o for k in new_lost for o in k.lost), key=lambda o: o.start)
+        # Where and when the lost writes were acknowledged: (node, process kind) -> count,
+        # and the first and last start times.
+        by = {}
+        for o in lost_ops:
+            kind = "loader" if o.process == "loader" else "client"
+            e = by.setdefault(f"{o.node} {kind}", {"count": 0, "first_start": o.start})
+            e["count"] += 1
+            e["last_start"] = o.start
+        rec["lost_by_node"] = by
         rec["phantom_values"] = len(new_phantom)
         rec["phantom_examples"] = [summarize_key(k) for k in new_phantom[:5]]
         rec["phantom_reads"] = len(v.phantom_reads)
