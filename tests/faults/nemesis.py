@@ -16,7 +16,7 @@ therefore last 1.6 T + 1 s: long enough for a failover under the fault.
 | kill-primary | kill -9 of the primary, until a new one is elected | restart it |
 | stale-client | the primary loses ZooKeeper and the other nodes; two extra clients talk to it alone | lift; those clients stop |
 | flapping | the primary's links to ZooKeeper and the other nodes go down and up at random (0.2 s .. T/2 each) for 2.5 T | lift |
-| slow-disk | the primary's data disk throttled to 4 write IOPS (about 0.5 s per fdatasync) for 2 T | lift |
+| slow-disk | the primary's data disk throttled to 4 write IOPS (a set then takes about 1 s) for 2 T | lift |
 | slow-replication | every replication link: 150 ms delay each way, 128 KiB/s, and a connection cut about every 5 s, for 2 T | lift |
 """
 
