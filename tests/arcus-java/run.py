@@ -269,14 +269,14 @@ def scenario_failover(binary, zk, classpath, work):
         workaround = os.environ.get("ARCUS_JAVA_REPL_WORKAROUND", "1") != "0"
         proc, log = java(classpath, work, "failover", zk.address, service,
                          *(["create-repl-client-list"] if workaround else []))
-        killed_at = None
+        killed_at, killed = None, None
         for line in proc.stdout:
             print("  " + line.rstrip(), flush=True)
             if line.strip() == "KILL NOW" and killed_at is None:
                 primary = next(n for n in nodes if n.stats("replication").get("role")
                                == "primary")
                 primary.kill9()
-                killed_at = time.monotonic()
+                killed_at, killed = time.monotonic(), primary
                 print(f"  (kill -9 of the primary {primary.name}; starting it again)",
                       flush=True)
                 # It rejoins as a replica once the other is elected (its start waits for a
@@ -286,9 +286,15 @@ def scenario_failover(binary, zk, classpath, work):
         if killed_at is None:
             print("  FAIL the check never asked for the kill")
             ok = False
+        if killed:
+            killed.wait_listening()
         for n in nodes:
-            s = n.stats("replication")
-            print(f"  {n.name}: role {s.get('role')}, {n.stats().get('curr_items')} items")
+            role = n.stats("replication").get("role")
+            print(f"  {n.name}: role {role}, {n.stats().get('curr_items')} items")
+            want = "replica" if n is killed else "primary"
+            if killed and role != want:
+                print(f"  FAIL {n.name} is {role}, not {want}, after the failover")
+                ok = False
         return ok
     finally:
         for n in nodes:
