@@ -9,7 +9,7 @@ cargo test --workspace
 # The io_uring connection engine is the default on Linux (where io_uring is allowed): the wire,
 # connection-thread, persistence and flash tests run again on the tokio engine (--io-engine tokio).
 CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta \
-    --test connection_threads --test persistence --test flash
+    --test wire_arcus --test connection_threads --test persistence --test flash
 
 # The Python suite runs on $PYTHON (default python3) if it has the packages, else in a venv under
 # target/ that this script makes: never a pip install into the system's interpreter (Debian's
@@ -29,3 +29,10 @@ CAIRN="${CARGO_TARGET_DIR:-$PWD/target}/debug/cairn"
 CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q tests/python
 CAIRN_TEST_IO_ENGINE=tokio CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q \
     tests/python/test_pymemcache.py
+
+# ---- ARCUS's own Java client (tests/arcus-java) --------------------------------------------
+# arcus-java-client 1.12.1 from Maven Central (cached in ~/.m2 after the first run) against
+# cairn nodes it finds through Debian's ZooKeeper: a plain service, and a replication group
+# across a kill -9 of its primary. run.py skips with a note when java, mvn or zookeeper is
+# missing, except under CI (CI set), where .ci/run installs them and their absence fails.
+CAIRN_BIN="$CAIRN" python3 tests/arcus-java/run.py

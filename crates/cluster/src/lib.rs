@@ -6,6 +6,8 @@
 //!                                                               node serves
 //!     /arcus/cache_list/<service code>/<ip:port>-<hostname>     ephemeral: "this node is up",
 //!                                                               data "<memory limit>MB"
+//!     /arcus/client_list/<service code>                         persistent: ARCUS's clients
+//!                                                               list themselves in it
 //! ```
 //!
 //! Replication (replication.rs, replica.rs): a replica follows its primary over the gRPC

@@ -5,6 +5,8 @@
 //!     connect (session timeout T) ─> mapping: <root>/cache_server_mapping/<ip:port>/<svc>
 //!       (created when missing, as an ARCUS admin would provision it; another service
 //!       there refuses the start)
+//!     ─> mkdir <root>/client_list/<svc> (ARCUS's clients list themselves there: the Java
+//!        client's start fails without it)
 //!     ─> mkdir <root>/cache_list/<svc> ─> create EPHEMERAL <root>/cache_list/<svc>/<name>
 //!        (<name> = <ip:port>-<hostname>, data "<-m>MB"; a znode of that name left by an
 //!        earlier run of this node, whose session has not timed out yet, is replaced)
@@ -78,6 +80,15 @@ impl MembershipConfig {
     /// `<root>/cache_list/<svc>`: the live nodes of the service.
     pub fn cache_list(&self) -> String {
         format!("{}/cache_list/{}", self.root, self.service_code)
+    }
+
+    /// `<root>/client_list/<svc>`: where ARCUS's clients of the service create an ephemeral
+    /// znode each (arcus-java-client's `CacheManager.initZooKeeperClient` creates
+    /// `<root>/client_list/<svc>/<host>_<ip>_<pool>_java_<version>_<time>_<session>` and
+    /// fails to start with NoNode when the folder is missing). An ARCUS admin provisions it
+    /// with the service; a node creates it when missing, as it does its mapping.
+    pub fn client_list(&self) -> String {
+        format!("{}/client_list/{}", self.root, self.service_code)
     }
 
     /// `<root>/cache_list/<svc>/<ip:port>-<hostname>`: this node's ephemeral znode.
@@ -223,11 +234,12 @@ async fn register(client: &zk::Client, config: &MembershipConfig) -> Result<(), 
             })
         }
     }
-    let list = config.cache_list();
-    client
-        .mkdir(&list, &persistent())
-        .await
-        .map_err(ClusterError::zk(format!("create {list}")))?;
+    for dir in [config.client_list(), config.cache_list()] {
+        client
+            .mkdir(&dir, &persistent())
+            .await
+            .map_err(ClusterError::zk(format!("create {dir}")))?;
+    }
     let path = config.znode_path();
     let data = format!("{}MB", config.memory_limit_mb);
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
@@ -409,6 +421,7 @@ mod tests {
             c.mapping_path(),
             "/arcus/cache_server_mapping/10.0.0.1:11211"
         );
+        assert_eq!(c.client_list(), "/arcus/client_list/test");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! needs more bytes or asks to close.
 //!
 //! ```text
-//!   input ──> parse(rest) ──> Ok(Some((req, n)))  rest = rest[n..]
+//!   input ──> parse(rest) ──> Ok(Some((req, n)))  rest = rest[n..] (+ an ARCUS command's skip)
 //!                         ├─> Ok(None)             stop: need more bytes
 //!                         └─> Err(e)               close? stop : rest = rest[consumed + swallow..]
 //! ```
@@ -14,7 +14,7 @@
 //! those bytes gives the same outcome) and one byte fewer is "need more bytes" (or the
 //! endless-line close), so a request split across reads parses the same.
 
-use cairn_proto::{parse, ErrorKind, Limits, MAX_DATA_LEN};
+use cairn_proto::{parse, ErrorKind, Limits, Request, MAX_DATA_LEN};
 
 /// Runs the check on `data` with the default limits and with tiny ones.
 pub fn check(data: &[u8]) {
@@ -84,6 +84,11 @@ fn run_connection(data: &[u8], limits: &Limits) {
 
         let skip = match &outcome {
             Err(e) => consumed.saturating_add(e.swallow),
+            Ok(Some((Request::NotSupported { skip, .. }, _))) => {
+                // An ARCUS command's data block, skipped as a refused one is.
+                assert!(*skip <= MAX_DATA_LEN + 2, "skip {skip}");
+                consumed.saturating_add(*skip)
+            }
             Ok(_) => consumed,
         };
         rest = &rest[skip.min(rest.len())..];

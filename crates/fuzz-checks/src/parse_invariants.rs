@@ -20,7 +20,11 @@ pub fn check(data: &[u8]) {
             match parse(rest, &limits) {
                 Ok(Some((req, n))) => {
                     check_request(&req, &rest[..n], &limits);
-                    rest = &rest[n..];
+                    let skip = match req {
+                        Request::NotSupported { skip, .. } => skip,
+                        _ => 0,
+                    };
+                    rest = &rest[n.saturating_add(skip).min(rest.len())..];
                 }
                 Ok(None) => break,
                 Err(e) if e.close => break,
@@ -119,6 +123,15 @@ fn check_line(req: &Request, words: &[&[u8]], limits: &Limits, plain_key: impl F
         | Request::Shutdown { .. }
         | Request::CacheMemlimit { .. }
         | Request::LruCrawler(_) => {}
+        Request::NotSupported {
+            skip,
+            pipe,
+            noreply,
+        } => {
+            assert!(!(*pipe && *noreply));
+            assert_eq!(*pipe, words.last() == Some(&&b"pipe"[..]));
+            assert!(*skip == 0 || *skip >= 2, "a block ends in \\r\\n");
+        }
         Request::Admin { words: w } => {
             assert!(w[0] == "config" || w[0] == "checkpoint");
             assert_eq!(w.len(), words.len());

@@ -22,6 +22,7 @@
 
 use std::borrow::Cow;
 
+mod arcus;
 pub mod encode;
 mod meta;
 mod text;
@@ -187,11 +188,15 @@ pub enum Request<'a> {
         key: Cow<'a, [u8]>,
         noreply: bool,
     },
-    /// incr (true) / decr (false).
+    /// incr (true) / decr (false): memcached's `<key> <delta> [noreply]`, or ARCUS's
+    /// `<key> <delta> <flags> <exptime> <initial> [noreply]`.
     Arith {
         incr: bool,
         key: Cow<'a, [u8]>,
         delta: u64,
+        /// ARCUS's form: a missing key is created holding `initial` (not `initial` plus or
+        /// minus `delta`), with these flags and expiration time.
+        create: Option<ArithCreate>,
         noreply: bool,
     },
     Touch {
@@ -228,11 +233,33 @@ pub enum Request<'a> {
     },
     /// `lru_crawler ...`.
     LruCrawler(Crawler),
+    /// An ARCUS command cairn does not implement (`lop`, `sop`, `mop`, `bop`, `getattr`,
+    /// `setattr`, `flush_prefix`): answered `NOT_SUPPORTED`. Only its line is consumed; the
+    /// caller skips `skip` more bytes (its data block and `\r\n`) as they arrive.
+    NotSupported {
+        /// The bytes after the line that belong to the command (0: none).
+        skip: usize,
+        /// It ended in `pipe` (ARCUS's command pipelining: the replies are held until the
+        /// pipeline's last command, which does not end in `pipe`).
+        pipe: bool,
+        noreply: bool,
+    },
     /// Server administration lines the core protocol does not define (`config ...`,
     /// `checkpoint`, ...): the command word and its arguments, for the server to answer.
     Admin {
         words: Vec<String>,
     },
+}
+
+/// What ARCUS's `incr|decr <key> <delta> <flags> <exptime> <initial>` creates when the key is
+/// missing (arcus-memcached's `process_arithmetic_command` and `item_arithmetic`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArithCreate {
+    pub flags: u32,
+    /// As sent (relative or absolute), like a storage command's.
+    pub exptime: i64,
+    /// The new item's value, answered as the command's result.
+    pub initial: u64,
 }
 
 /// How `shutdown` was asked for.

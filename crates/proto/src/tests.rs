@@ -198,6 +198,7 @@ fn other_commands() {
             incr: false,
             key: b"k"[..].into(),
             delta: u64::MAX,
+            create: None,
             noreply: false
         }
     );
@@ -578,4 +579,134 @@ fn numbers_take_a_plus_sign_and_leading_zeros() {
             String::from_utf8_lossy(bad)
         );
     }
+}
+
+/// ARCUS's `incr|decr <key> <delta> <flags> <exptime> <initial> [noreply]`.
+#[test]
+fn arcus_incr_and_decr_with_an_initial_value() {
+    assert_eq!(
+        ok(b"incr k 1 7 -1 5\r\n").0,
+        Request::Arith {
+            incr: true,
+            key: b"k"[..].into(),
+            delta: 1,
+            create: Some(ArithCreate {
+                flags: 7,
+                exptime: -1,
+                initial: 5
+            }),
+            noreply: false
+        }
+    );
+    assert!(matches!(
+        ok(b"decr k 1 0 0 18446744073709551615 noreply\r\n").0,
+        Request::Arith {
+            incr: false,
+            create: Some(ArithCreate {
+                initial: u64::MAX,
+                ..
+            }),
+            noreply: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        ok(b"incr k 1 0 0 5 other\r\n").0,
+        Request::Arith {
+            create: Some(_),
+            noreply: false,
+            ..
+        }
+    ));
+    for four_or_seven_words in [&b"incr k 1 0 0\r\n"[..], b"incr k 1 0 0 5 noreply x\r\n"] {
+        assert_eq!(err(four_or_seven_words).reply_line(), "ERROR");
+    }
+    for bad in [
+        &b"incr k 1 4294967296 0 5\r\n"[..],
+        b"incr k 1 0 2147483648 5\r\n",
+        b"incr k 1 0 0 -1\r\n",
+        b"incr k 1 0 0 18446744073709551616\r\n",
+    ] {
+        let e = err(bad);
+        assert_eq!(e.reply_line(), "CLIENT_ERROR bad command line format");
+        assert_eq!(e.consumed, bad.len());
+    }
+    assert!(err(b"incr k 1 x 0 5 noreply\r\n").silent);
+}
+
+/// ARCUS's collection and attribute commands: one request each, with the bytes of its data
+/// block to skip after the line.
+#[test]
+fn arcus_collection_commands_say_what_to_skip() {
+    let not_supported = |line: &[u8]| match ok(line) {
+        (
+            Request::NotSupported {
+                skip,
+                pipe,
+                noreply,
+            },
+            n,
+        ) => {
+            assert_eq!(n, line.len(), "only the line is consumed");
+            (skip, pipe, noreply)
+        }
+        (other, _) => panic!("{other:?}"),
+    };
+    assert_eq!(not_supported(b"lop insert k 0 5\r\n"), (7, false, false));
+    assert_eq!(
+        not_supported(b"lop insert k 0 5 pipe\r\n"),
+        (7, true, false)
+    );
+    assert_eq!(
+        not_supported(b"sop insert k 0 create 0 0 1 noreply\r\n"),
+        (2, false, true)
+    );
+    assert_eq!(not_supported(b"sop exist k 3 pipe\r\n"), (5, true, false));
+    assert_eq!(not_supported(b"mop update k f 10\r\n"), (12, false, false));
+    assert_eq!(
+        not_supported(b"mop delete k 3 2 drop\r\n"),
+        (5, false, false)
+    );
+    assert_eq!(not_supported(b"mop get k 0 0\r\n"), (0, false, false));
+    assert_eq!(not_supported(b"bop insert k 1 3\r\n"), (5, false, false));
+    assert_eq!(
+        not_supported(b"bop insert k 1 0x01 4\r\n"),
+        (6, false, false)
+    );
+    assert_eq!(not_supported(b"bop upsert k 0x01 4\r\n"), (6, false, false));
+    assert_eq!(
+        not_supported(b"bop update k 1 -1 pipe\r\n"),
+        (0, true, false)
+    );
+    assert_eq!(
+        not_supported(b"bop update k 1 0 | 0x01 8\r\n"),
+        (10, false, false)
+    );
+    assert_eq!(
+        not_supported(b"bop smget 11 2 0..9 5 unique\r\n"),
+        (13, false, false)
+    );
+    assert_eq!(not_supported(b"bop get k 0..9\r\n"), (0, false, false));
+    assert_eq!(
+        not_supported(b"setattr k maxcount=10\r\n"),
+        (0, false, false)
+    );
+    assert_eq!(
+        not_supported(b"flush_prefix p 0 noreply\r\n"),
+        (0, false, true)
+    );
+    for unreadable in [
+        &b"lop insert k 0\r\n"[..],
+        b"lop insert k 0 x\r\n",
+        b"sop insert k 2147483646\r\n",
+        b"bop update k 1\r\n",
+        b"bop mget x 2 0..1 1\r\n",
+    ] {
+        assert_eq!(
+            err(unreadable).reply_line(),
+            "CLIENT_ERROR bad command line format",
+            "{unreadable:?}"
+        );
+    }
+    assert!(err(b"lop insert k 0 x noreply\r\n").silent);
 }

@@ -14,8 +14,8 @@
 use std::borrow::Cow;
 
 use crate::{
-    key_is_valid, meta, Crawler, ErrorKind, GetKind, KeyList, Limits, ProtocolError, Request,
-    ShutdownMode, StoreKind, MAX_DATA_LEN,
+    key_is_valid, meta, ArithCreate, Crawler, ErrorKind, GetKind, KeyList, Limits, ProtocolError,
+    Request, ShutdownMode, StoreKind, MAX_DATA_LEN,
 };
 
 /// A line's words after the command: memcached's tokenizer keeps 24 tokens on its stack.
@@ -153,6 +153,9 @@ pub(crate) fn parse<'a>(
         b"lru_crawler" => lru_crawler(&args, line_len)?,
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
             return meta::parse(cmd, &args, buf, line_len, limits)
+        }
+        _ if crate::arcus::is_arcus_command(cmd) => {
+            crate::arcus::not_supported(cmd, &args, line_len)?
         }
         b"config" | b"checkpoint" | b"failover" => Request::Admin {
             words: std::iter::once(cmd)
@@ -334,14 +337,20 @@ fn delete<'a>(
     })
 }
 
-/// incr/decr `<key> <delta> [noreply]`.
+/// incr/decr `<key> <delta> [noreply]`, and ARCUS's `<key> <delta> <flags> <exptime>
+/// <initial> [noreply]`, which creates a missing key holding `initial`.
+///
+/// As arcus-memcached's `process_arithmetic_command`: 2, 3, 5 or 6 words (another count is
+/// `ERROR`); the key is checked first, then the delta (`invalid numeric delta argument`),
+/// then flags, exptime and initial (`bad command line format`); the word after them is
+/// `noreply` or ignored, as the third of memcached's form is.
 fn arith<'a>(
     incr: bool,
     args: &[&'a [u8]],
     line_len: usize,
     limits: &Limits,
 ) -> Result<Request<'a>, ProtocolError> {
-    if !(2..=3).contains(&args.len()) {
+    if !matches!(args.len(), 2 | 3 | 5 | 6) {
         return Err(ProtocolError::unknown(line_len));
     }
     let noreply = ends_in_noreply(args);
@@ -351,10 +360,25 @@ fn arith<'a>(
     let delta = parse_u64(args[1]).ok_or_else(|| {
         ProtocolError::client("invalid numeric delta argument", line_len).quiet_if(noreply)
     })?;
+    let create = match args {
+        [_, _, flags, exptime, initial, ..] => {
+            let fields = (parse_u32(flags), parse_i64(exptime), parse_u64(initial));
+            let (Some(flags), Some(exptime), Some(initial)) = fields else {
+                return Err(bad_format(line_len).quiet_if(noreply));
+            };
+            Some(ArithCreate {
+                flags,
+                exptime,
+                initial,
+            })
+        }
+        _ => None,
+    };
     Ok(Request::Arith {
         incr,
         key: Cow::Borrowed(args[0]),
         delta,
+        create,
         noreply,
     })
 }

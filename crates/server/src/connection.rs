@@ -61,6 +61,9 @@ struct Conn<S> {
     output: Vec<u8>,
     /// Bytes of a refused data block still to be skipped.
     swallow: usize,
+    /// ARCUS's command pipelining: the `NOT_SUPPORTED` replies held until the pipeline's
+    /// last command (cmd/arcus.rs).
+    pipeline: cmd::arcus::Pipeline,
     /// The writes whose replies are in `output` (or were `noreply`): safe before it is written.
     unacked: Ticket,
     /// Writes acknowledged and perhaps not durable yet (async mode): what `mn` fences.
@@ -81,6 +84,7 @@ pub async fn serve<S: Transport>(ctx: Arc<Ctx>, stream: S, mut shutdown: watch::
         input: Vec::with_capacity(READ_CHUNK),
         output: Vec::with_capacity(READ_CHUNK),
         swallow: 0,
+        pipeline: cmd::arcus::Pipeline::default(),
         unacked: Ticket::NONE,
         unfenced: Ticket::NONE,
     };
@@ -289,6 +293,11 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
             Ok(None) => break Flow::Continue,
             Ok(Some((request, used))) => {
                 start += used;
+                if let Request::NotSupported { skip, .. } = request {
+                    // An ARCUS command's data block: skipped as it arrives, whatever the
+                    // command is answered.
+                    c.swallow = skip;
+                }
                 if !c.authenticated {
                     authenticate(ctx, &mut c.authenticated, &mut c.output, request);
                     continue;
@@ -330,6 +339,9 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                         c.output.extend_from_slice(b"MN\r\n");
                     }
                     Request::Admin { words } => cmd::admin::run(ctx, &words, &mut c.output).await,
+                    Request::NotSupported { pipe, noreply, .. } => {
+                        c.pipeline.answer(pipe, noreply, &mut c.output)
+                    }
                     Request::LruCrawler(Crawler::Metadump { dump: true }) => {
                         // Streamed shard by shard, flushing as the reply grows.
                         let now = ctx.now();

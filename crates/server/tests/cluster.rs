@@ -61,6 +61,11 @@ fn registered_once_recovered_and_removed_on_sigterm() {
         Some(vec!["graceful".to_string()]),
         "the mapping names the service"
     );
+    assert_eq!(
+        inspector.children("/arcus/client_list/graceful"),
+        Some(vec![]),
+        "where ARCUS's clients list themselves"
+    );
     let mut c = server.connect();
     assert_eq!(c.exchange(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
 

@@ -1,6 +1,11 @@
 //! incr and decr: the value is a decimal u64; incr wraps at 2^64, decr stops at 0.
+//!
+//! ARCUS's form `incr|decr <key> <delta> <flags> <exptime> <initial>` creates a missing key
+//! holding `<initial>` with those flags and expiration time, and answers `<initial>` (the
+//! delta is not applied to it), as arcus-memcached's `item_arithmetic` does; an existing key
+//! is changed as by the plain form, keeping its own flags and expiration time.
 
-use cairn_proto::encode;
+use cairn_proto::{encode, ArithCreate};
 
 use crate::stats::bump;
 use crate::Ctx;
@@ -49,12 +54,30 @@ pub fn apply(current: u64, incr: bool, delta: u64) -> u64 {
     }
 }
 
-/// incr/decr on the text protocol: appends the new value or the error line.
-pub fn arith(ctx: &Ctx, incr: bool, key: &[u8], delta: u64, now: u32, out: &mut Vec<u8>) {
+/// incr/decr on the text protocol: appends the new value or the error line. With `create`
+/// (ARCUS's form) a missing key is created holding its initial value, counted as a hit (as
+/// ARCUS counts it).
+pub fn arith(
+    ctx: &Ctx,
+    incr: bool,
+    key: &[u8],
+    delta: u64,
+    create: Option<ArithCreate>,
+    now: u32,
+    out: &mut Vec<u8>,
+) {
     let c = &ctx.counters;
     let result = ctx.store.entry(key, now, |e| {
         let Some(item) = e.item() else {
-            return Err(ArithError::NotFound);
+            let Some(create) = create else {
+                return Err(ArithError::NotFound);
+            };
+            let mut text = Vec::with_capacity(20);
+            encode::decimal(&mut text, create.initial);
+            let exptime = crate::absolute_exptime(create.exptime, now);
+            e.store(&[&text], create.flags, exptime, None)
+                .map_err(ArithError::Store)?;
+            return Ok(create.initial);
         };
         let current = parse_counter(&item.value).ok_or(ArithError::NonNumeric)?;
         let next = apply(current, incr, delta);

@@ -6,9 +6,12 @@
 //!   Request::Store ....... storage.rs  Request::Delete ... delete.rs   Request::Arith ... arith.rs
 //!   Request::Touch ....... touch.rs    Request::FlushAll  flush.rs     Request::Stats ... stats.rs
 //!   Request::Meta ........ meta.rs     version, verbosity, quit, admin  misc.rs
+//!   Request::NotSupported  arcus.rs    (ARCUS's collections and attributes; the connection
+//!                                       keeps its pipeline state)
 //! ```
 
 pub mod admin;
+pub mod arcus;
 pub mod arith;
 pub mod crawler;
 pub mod delete;
@@ -72,10 +75,11 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
             incr,
             key,
             delta,
+            create,
             noreply,
         } => {
             let mut reply = Vec::new();
-            arith::arith(ctx, incr, &key, delta, now, &mut reply);
+            arith::arith(ctx, incr, &key, delta, create, now, &mut reply);
             if !noreply {
                 out.extend_from_slice(&reply);
             }
@@ -127,6 +131,11 @@ pub fn execute(ctx: &Arc<Ctx>, request: Request, out: &mut Vec<u8>) -> Flow {
         }
         Request::LruCrawler(cairn_proto::Crawler::Crawl) => crawler::crawl(ctx, out),
         Request::LruCrawler(cairn_proto::Crawler::Tune) => out.extend_from_slice(b"OK\r\n"),
+        Request::NotSupported { pipe, noreply, .. } => {
+            // Outside a connection there is no pipeline to hold replies for (nor a data block
+            // to skip): the command alone.
+            arcus::Pipeline::default().answer(pipe, noreply, out);
+        }
         Request::Admin { .. } => {
             // Admin lines may block (a checkpoint); the connection runs them via admin::run.
             out.extend_from_slice(b"SERVER_ERROR admin commands are handled by the connection\r\n");
@@ -158,6 +167,7 @@ pub fn is_write(request: &Request) -> bool {
         | Request::Version
         | Request::Verbosity { .. }
         | Request::Quit
+        | Request::NotSupported { .. }
         | Request::Admin { .. } => false,
     }
 }
