@@ -15,8 +15,7 @@ Exit 0 when every scenario passed. Without java, mvn or Debian's zookeeper it sk
 note, except under CI (CI set), where their absence is a failure. Environment: CAIRN_BIN (the
 binary; default target/debug/cairn, under $CARGO_TARGET_DIR when set), ARCUS_JAVA_SCENARIOS
 (comma-separated, default "plain,failover"), ARCUS_JAVA_KEEP=1 keeps the work folder;
-ARCUS_JAVA_GROUP (the group's name, default g0) and ARCUS_JAVA_REPL_WORKAROUND=0 (do not
-create /arcus_repl/client_list/<svc> for cairn) show what the client does without them.
+ARCUS_JAVA_GROUP (the group's name, default g0).
 """
 
 import os
@@ -263,12 +262,7 @@ def scenario_failover(binary, zk, classpath, work):
             n.start()
         roles = [n.stats("replication").get("role") for n in nodes]
         print(f"  roles: {roles}")
-        # WORKAROUND (create-repl-client-list): cairn's groups do not create
-        # /arcus_repl/client_list/<svc> yet, which the client needs to start. Remove the flag
-        # once crates/cluster/src/group.rs creates it.
-        workaround = os.environ.get("ARCUS_JAVA_REPL_WORKAROUND", "1") != "0"
-        proc, log = java(classpath, work, "failover", zk.address, service,
-                         *(["create-repl-client-list"] if workaround else []))
+        proc, log = java(classpath, work, "failover", zk.address, service)
         killed_at, killed = None, None
         for line in proc.stdout:
             print("  " + line.rstrip(), flush=True)

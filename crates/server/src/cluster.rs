@@ -39,7 +39,7 @@ pub fn replication(config: &Config, persist: &Arc<Persistence>) -> Arc<Replicati
     let mode = ReplicationMode::parse(&config.replication).unwrap_or(ReplicationMode::Async);
     let role = match &config.replica_of {
         Some(primary) => Role::Replica {
-            primary: primary.clone(),
+            primary: format!("the primary at gRPC address {primary}"),
         },
         None => Role::Primary,
     };

@@ -684,9 +684,21 @@ impl Config {
         if !matches!(self.replication.as_str(), "async" | "sync") {
             return invalid("replication", "must be async or sync");
         }
-        if self.replication_group.is_some() {
+        if let Some(group) = &self.replication_group {
             if self.zookeeper.is_none() {
                 return invalid("replication_group", "needs zookeeper and service_code");
+            }
+            // ARCUS's clients drop every node of a service whose group names hold '-', ','
+            // or '^' (they cut cache_list names at the first '-').
+            if group.is_empty()
+                || !group
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return invalid(
+                    "replication_group",
+                    "letters, digits and '_' only (ARCUS's clients read no other)",
+                );
             }
             if self.replica_of.is_some() {
                 return invalid(

@@ -299,6 +299,20 @@ impl Member {
                 let mut words = text.split_whitespace();
                 let memcached = words.next().unwrap_or("").to_string();
                 let grpc = words.next().unwrap_or("").to_string();
+                if memcached == self.config.advertise.to_string()
+                    && grpc == self.config.grpc.to_string()
+                {
+                    // Our own lock, left by this node's previous run (killed, restarted within
+                    // its session's timeout): that process is gone (this one holds its port
+                    // and its data folder), so the lock goes now and the group elects at once.
+                    tracing::info!(
+                        "replication group: removing the lock of this node's previous run"
+                    );
+                    return match self.client.delete(&lock, Some(stat.version)).await {
+                        Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
+                        Err(e) => Err(ClusterError::zk(format!("delete {lock}"))(e)),
+                    };
+                }
                 self.local
                     .repl
                     .lease

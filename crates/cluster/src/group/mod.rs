@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   /arcus_repl/cache_server_mapping/<ip:port>/<svc>^<group>^<gRPC ip:port>   persistent
-//!   /arcus_repl/group_list/<svc>/<group>/<ip:port>-<host>^<gRPC>^<seq>        ephemeral
+//!   /arcus_repl/group_list/<svc>/<group>/<ip:port>^<gRPC ip:port>^<seq>      ephemeral
 //!       sequential: a member; data "<state> <revision> <complete> <log id>", state
 //!       follow|cand|primary, revision of that log (where the member's data stands)
 //!   /arcus_repl/group_list/<svc>/<group>/primary     ephemeral: the lock; data the
@@ -81,12 +81,19 @@ pub struct GroupConfig {
 
 impl GroupConfig {
     pub fn validate(&self) -> Result<(), ClusterError> {
-        for (what, name) in [("service code", &self.service_code), ("group", &self.group)] {
-            if name.is_empty() || name.contains(['/', '^']) || name == "." || name == ".." {
-                return Err(ClusterError::Invalid(format!(
-                    "{what} {name:?}: it names a znode (not empty, no '/' or '^')"
-                )));
-            }
+        let s = &self.service_code;
+        if s.is_empty() || s.contains(['/', '^']) || s == "." || s == ".." {
+            return Err(ClusterError::Invalid(format!(
+                "service code {s:?}: it names a znode (not empty, no '/' or '^')"
+            )));
+        }
+        // ARCUS's clients cut each cache_list name at its first '-' and split the rest on ','
+        // and '^': a group name with any of them makes them drop every node of the service.
+        let g = &self.group;
+        if g.is_empty() || !g.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(ClusterError::Invalid(format!(
+                "group {g:?}: ARCUS's clients read only letters, digits and '_' in a group's name"
+            )));
         }
         Ok(())
     }
@@ -143,8 +150,10 @@ impl GroupConfig {
         format!("{}^{}^{}", self.service_code, self.group, self.grpc)
     }
 
+    /// A member's znode, as ARCUS names them: `<ip:port>^<listen ip:port>^<sequence>` (the
+    /// listen address here is the gRPC one replicas follow).
     fn member_prefix(&self) -> String {
-        format!("{}/{}^{}^", self.group_path(), self.node_name(), self.grpc)
+        format!("{}/{}^{}^", self.group_path(), self.advertise, self.grpc)
     }
 
     /// How long a replica may stay behind before the primary takes it out of the in-sync set.

@@ -36,10 +36,6 @@ import net.spy.memcached.ops.StoreType;
  *                                               warmed up (the driver kills the primary with
  *                                               kill -9 then), goes on until writes succeed
  *                                               again, then reads back every acknowledged one
- *   ... failover ZK SERVICE create-repl-client-list
- *                                               WORKAROUND, to remove once cairn's replication
- *                                               groups create /arcus_repl/client_list/SERVICE:
- *                                               creates it first
  * </pre>
  *
  * Exit code 0: every check passed; 1: a check failed (each failure printed as "FAIL ...").
@@ -79,13 +75,9 @@ public final class ArcusCheck {
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 3 && !(args.length == 4 && args[3].equals("create-repl-client-list"))) {
-      System.err.println("usage: ArcusCheck plain|failover ZK_ADDRESS SERVICE_CODE "
-          + "[create-repl-client-list]");
+    if (args.length != 3) {
+      System.err.println("usage: ArcusCheck plain|failover ZK_ADDRESS SERVICE_CODE");
       System.exit(2);
-    }
-    if (args.length == 4) {
-      createReplClientList(args[1], args[2]);
     }
     Observer observer = new Observer();
     ConnectionFactoryBuilder cfb = new ConnectionFactoryBuilder()
@@ -113,34 +105,6 @@ public final class ArcusCheck {
     }
     System.out.println("all checks passed");
     System.exit(0);
-  }
-
-  /**
-   * WORKAROUND (remove once cairn creates it): the folder where ARCUS's client lists itself in
-   * a replication cluster, which an ARCUS admin provisions with the service.
-   */
-  private static void createReplClientList(String zk, String service) throws Exception {
-    java.util.concurrent.CountDownLatch connected = new java.util.concurrent.CountDownLatch(1);
-    org.apache.zookeeper.ZooKeeper z = new org.apache.zookeeper.ZooKeeper(zk, 10_000, event -> {
-      if (event.getState() == org.apache.zookeeper.Watcher.Event.KeeperState.SyncConnected) {
-        connected.countDown();
-      }
-    });
-    try {
-      connected.await(10, TimeUnit.SECONDS);
-      for (String path : new String[] {"/arcus_repl", "/arcus_repl/client_list",
-          "/arcus_repl/client_list/" + service}) {
-        try {
-          z.create(path, new byte[0], org.apache.zookeeper.ZooDefs.Ids.OPEN_ACL_UNSAFE,
-              org.apache.zookeeper.CreateMode.PERSISTENT);
-          System.out.println("     (workaround: created " + path + ")");
-        } catch (org.apache.zookeeper.KeeperException.NodeExistsException e) {
-          // Already there.
-        }
-      }
-    } finally {
-      z.close();
-    }
   }
 
   /** The first call may come before every node's connection is up: retried for 20 s. */
