@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 
-from serverutil import free_port, wait_ready
+from server_util import free_port, wait_ready
 
 VALUE = b"x" * 50
 BATCH = 2000

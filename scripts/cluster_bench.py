@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serverutil import free_port  # noqa: E402
+from server_util import free_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAIRN = os.path.join(ROOT, "target/release/cairn")

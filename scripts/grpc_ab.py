@@ -5,7 +5,7 @@ Each variant is NAME=BINARY, optionally followed by server flags after a colon,
 environment settings after a second colon and (--fanout) watch_bench's layout flags after a
 third, e.g.
 
-    base=/tmp/cairn-main  own=target/release/cairn  t1=target/release/cairn:-t 1
+    base=OLD/cairn  own=target/release/cairn  t1=target/release/cairn:-t 1
 
 Every round starts each variant's server in turn (`-t 2 --persistence off` unless the flags
 say otherwise), preloads 1,000 keys of 32 B, and runs `cairn-bench grpc` unary Get (closed
@@ -25,8 +25,8 @@ never reads.
 
     cargo build --release -p cairn-server -p cairn-bench
     cargo build --release -p cairn-grpc --example watch_bench
-    flock /work/bench.lock python3 scripts/grpc_ab.py --rounds 2 --secs 3 A=... B=...
-    flock /work/bench.lock python3 scripts/grpc_ab.py --fanout 1000 --rate 1000 --secs 5 A=... B=...
+    python3 scripts/grpc_ab.py --rounds 2 --secs 3 A=... B=...
+    python3 scripts/grpc_ab.py --fanout 1000 --rate 1000 --secs 5 A=... B=...
     # W5 with one watch a stream: --layout "--streams 1000 --connections 10"
 """
 
@@ -42,7 +42,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverutil import free_port, wait_ready  # noqa: E402
+from server_util import free_port, wait_ready  # noqa: E402
 from grpc_bench import stats_grpc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

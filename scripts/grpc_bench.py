@@ -19,11 +19,11 @@ W5  1,000 watchers on one prefix, 1K writes/s, delivery latency, the server's CP
     to a stream on 10 streams (as etcd's clients multiplex them) and one to a stream.
 
 Every server is cairn from --cairn-bin with --persistence off (W5 also with sync), on free
-loopback ports. ghz: `go install github.com/bojand/ghz/cmd/ghz@v0.121.0`. Run it under the
-benchmark lock, after `cargo build --release -p cairn-server -p cairn-bench` and
+loopback ports. ghz: `go install github.com/bojand/ghz/cmd/ghz@v0.121.0`. Run it after
+`cargo build --release -p cairn-server -p cairn-bench` and
 `cargo build --release -p cairn-grpc --example watch_bench`:
 
-    flock /work/bench.lock python3 scripts/grpc_bench.py --secs 10
+    python3 scripts/grpc_bench.py --secs 10
 """
 
 import argparse
@@ -42,7 +42,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverutil import free_port, wait_ready  # noqa: E402
+from server_util import free_port, wait_ready  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "memtier-1"
@@ -68,7 +68,8 @@ def stop(server):
 def ghz(args, addr, call, data, extra):
     # -t 0: no deadline on the calls, as cairn-bench sets none. ghz's default (20 s) sends a
     # grpc-timeout header with every call, for which the server arms a timer: 3-7 us more of
-    # server CPU a call in the A/B in docs/BENCHMARKS.md.
+    # server CPU a call when ghz and cairn-bench were compared at a capped server
+    # (docs/PERFORMANCE.md, "gRPC and watch").
     cmd = [args.ghz, "--insecure", "--import-paths", os.path.join(ROOT, "proto"),
            "--proto", os.path.join(ROOT, "proto", "cairn", "v1", "kv.proto"),
            "--call", call, "-d", json.dumps(data), "-O", "json", "-t", "0", *extra, addr]

@@ -10,7 +10,7 @@ load-generator thread. Latency counts from each request's intended send time. Pr
 rate and protocol, the rate reached, p50/p99 and the server's CPU per request (from /proc).
 
     cargo build --release -p cairn-server -p cairn-bench
-    flock /work/bench.lock python3 scripts/grpc_rate_sweep.py --rates 10000,20000,30000,40000,50000,60000
+    python3 scripts/grpc_rate_sweep.py --rates 10000,20000,30000,40000,50000,60000
 """
 
 import argparse
@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverutil import free_port, wait_ready  # noqa: E402
+from server_util import free_port, wait_ready  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -2,19 +2,17 @@
 """A cross-check with a load generator nobody here wrote: libmemcached's memslap (Debian's
 `memcslap`, in libmemcached-tools), against cairn (persistence off) and memcached, alternating.
 
-memtier_benchmark is not packaged for Debian 12 and this machine reaches no network but the
-package registries. The same package's memaslap (`memcaslap`) cannot stand in: its keys start
-with eight 0x10 bytes, which memcached's tokenizer lets through and cairn's parser refuses as
-control characters (every one of its requests is a CLIENT_ERROR there). memslap uses
-libmemcached itself, so its keys are valid: one thread per connection, each running
+memtier_benchmark is not packaged for Debian 12. The same package's memaslap (`memcaslap`)
+sends keys that start with eight 0x10 bytes (cairn takes them, as memcached does, but they are
+nobody's real keys). memslap uses libmemcached itself: one thread per connection, each running
 `--execute-number` sets or gets of keys it loaded first.
 
 memslap's items are not the seed's: random keys of about 20-60 bytes and values of about
 250 B to 5 KB (2.6 KB an item on average as the store counts them), and its 50 threads set
 the same keys, so nearly every set overwrites. With cairn's gRPC API on
 (the default) each such set makes a watch event holding the new and the old value (about
-5 KB); compare with `LABEL=PATH --grpc-listen off` to see that share (docs/BENCHMARKS.md,
-"Issue 17 on 7f7c368").
+5 KB); compare with `LABEL=PATH --grpc-listen off` to see that share
+(docs/decisions/0019-large-watch-events-in-chunks.md).
 
 For each round and server (-t 2, a free loopback port), memslap's `set` test and then its
 `get` test run; the server's utime + stime (procfs) and its own op count (`stats` cmd_get +

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from serverutil import free_port, wait_ready
+from server_util import free_port, wait_ready
 
 SYSCALLS = [
     "recvfrom", "sendto", "read", "write", "readv", "writev", "sendmsg", "recvmsg",

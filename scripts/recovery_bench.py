@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from serverutil import free_port, wait_ready
+from server_util import free_port, wait_ready
 
 
 def command(port, line, end):

@@ -40,7 +40,7 @@ import tempfile
 import time
 
 from profile_request_path import cpu_secs, ops, start
-from serverutil import free_port
+from server_util import free_port
 
 CONFIG = """[general]
 threads = {threads}
@@ -153,8 +153,8 @@ def main():
         servers = args.servers.split(",")
         for r in range(args.rounds):
             # The order turns each round (A B C, B C A, ...): whichever server ran second in a
-            # round did better in 5 of 6 rounds when the order was fixed (BENCHMARKS.md, "The
-            # adaptive yield").
+            # round did better in 5 of 6 rounds when the order was fixed
+            # (docs/decisions/0006-a-gated-yield-after-each-turn.md).
             shift = r % len(servers)
             for name in servers[shift:] + servers[:shift]:
                 row = run_one(name, args, config)

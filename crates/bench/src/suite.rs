@@ -98,8 +98,8 @@ pub struct SuiteArgs {
     /// lock for long; the kill, restart and check of every key are one more hold.
     #[arg(long, default_value_t = 1)]
     pub f5_insert_holds: u64,
-    /// `flash`, F5: a lock file (e.g. /work/bench.lock) taken with flock for each part of
-    /// F5 (see `--f5-insert-holds`) instead of around the whole run.
+    /// `flash`, F5: a lock file (the one every benchmark on the machine takes) taken with
+    /// flock for each part of F5 (see `--f5-insert-holds`) instead of around the whole run.
     #[arg(long)]
     pub lock_file: Option<PathBuf>,
 }

@@ -20,7 +20,7 @@ struct Rig {
 }
 
 fn work_dir() -> tempfile::TempDir {
-    // /tmp is on the ext4 work disk here (O_DIRECT works); tmpfs would be refused.
+    // The temporary folder must take O_DIRECT (ext4 does); on a tmpfs the tier is refused.
     tempfile::tempdir().unwrap()
 }
 

@@ -22,7 +22,7 @@
 //! (protobuf's wire format read in place), `full` decodes each response with prost.
 //!
 //! Run it with `cargo run --release -p cairn-grpc --example watch_bench -- ...`; the commands
-//! and figures are in docs/BENCHMARKS.md.
+//! and current figures are in docs/PERFORMANCE.md ("gRPC and watch").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

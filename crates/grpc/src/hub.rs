@@ -113,7 +113,7 @@ pub struct Event {
 /// the last of them is. Why: events fall off the ring in the order they were made, and the
 /// longer ones, freed one by one, left malloc's arena with free blocks of every size to sort
 /// through on the request path (memslap's sets of 0.25-4.8 KB values, gRPC on: malloc's
-/// functions 1.8 us a set; docs/BENCHMARKS.md, "Large events packed in chunks").
+/// functions 1.8 us a set; docs/decisions/0019-large-watch-events-in-chunks.md).
 ///
 /// A chunked event's `Bytes` is boxed, so that `Wire` takes no more room in the event than a
 /// `Box<[u8]>` (16 bytes, not 24 or 40): the ring's small events stay as small as they were.
@@ -441,7 +441,7 @@ fn keep_as_spare(e: Arc<Event>) {
 /// use. An event falls off the ring long after it was made, out of every cache: the one a
 /// thread keeps as its spare is written over by the thread's next event, and the ring's
 /// next oldest is read when it falls (its size). Without the hint each was a miss on the
-/// request path (docs/BENCHMARKS.md, "Events brought in before they are reused"). A hint
+/// request path (docs/decisions/0018-events-prefetched-before-reuse.md). A hint
 /// only: it changes nothing the program sees, and does nothing off x86_64.
 fn prefetch(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
@@ -472,7 +472,7 @@ fn prefetch_event(e: &Arc<Event>) {
 /// length (an event of the same shape: same key and value lengths). Freeing an old event
 /// and making a new one cost about 3.5% of a SYNC set's server CPU (the old one is out of
 /// the caches, and with the server's one malloc arena every free beyond the thread's cache
-/// takes the arena's lock; docs/BENCHMARKS.md, "SYNC without malloc").
+/// takes the arena's lock; docs/decisions/0017-watch-events-reused-and-freed-where-made.md).
 fn make_event(m: &Mutation<'_>, revision: Revision) -> Option<Arc<Event>> {
     let mut spare = SPARE.with(Cell::take);
     let Some(old) = spare.as_mut().and_then(Arc::get_mut) else {
@@ -572,7 +572,8 @@ pub struct Hub {
     counting: bool,
     /// Wakes readers waiting for `published` to move; taken only while `waiting` > 0, so
     /// that a write nobody waits for pays two atomics, not a lock (tokio 1.54's watch
-    /// channel took nine a write: 5-8% of a persistence-off set's CPU, docs/BENCHMARKS.md).
+    /// channel took nine a write: 5-8% of a persistence-off set's CPU,
+    /// docs/decisions/0016-the-hub-wakes-readers-only-while-one-waits.md).
     notify: Notify,
     /// Readers between registering with `notify` and being woken ([`Subscriber::changed`]).
     waiting: AtomicUsize,
@@ -719,8 +720,9 @@ impl Hub {
         // becomes this thread's next event ([`make_event`]). Events are made on the
         // connection threads and fall off on the log's syncer, and with the server's one
         // malloc arena a free on another thread than the allocation's takes the arena's lock
-        // (docs/BENCHMARKS.md). One a revision keeps up with one falling off per revision;
-        // past half the bound a writer takes two, and frees the second.
+        // (docs/decisions/0017-watch-events-reused-and-freed-where-made.md). One a revision
+        // keeps up with one falling off per revision; past half the bound a writer takes two,
+        // and frees the second.
         let second = p.fallen.len() > FALLEN_MAX / 2;
         let fallen = [p.fallen.pop(), if second { p.fallen.pop() } else { None }];
         // The next writer's: made on the log's syncer's core, read on this one.

@@ -117,8 +117,9 @@ impl Prepared {
     /// runtime, as the memcached workers do: this future accepts connections and deals them
     /// round robin to the threads, where a connection, the task hyper spawns per request and
     /// every watch stream of that connection stay for life. A call's wake-ups never cross
-    /// threads (A/B in docs/BENCHMARKS.md: 20.5 us of server CPU a call at 30 concurrent on a
-    /// current-thread runtime, 23.9 on the shared multi-thread one; 13.7 vs 18.9 at 300).
+    /// threads (docs/decisions/0020-grpc-on-current-thread-runtimes-of-its-own.md: 20.5 us of
+    /// server CPU a call at 30 concurrent on a current-thread runtime, 23.9 on the shared
+    /// multi-thread one; 13.7 vs 18.9 at 300).
     pub async fn serve(
         self,
         listener: TcpListener,

@@ -116,12 +116,14 @@ pub struct Config {
     #[arg(long)]
     pub log_segment_mb: u64,
     /// Write the command log with O_DIRECT (whole 4 KiB blocks, no page cache): a small sync
-    /// batch's write + fdatasync is quicker, a 1 MiB one slower (docs/BENCHMARKS.md). Where
-    /// the file system refuses O_DIRECT the log is written buffered.
+    /// batch's write + fdatasync is quicker, a 1 MiB one slower
+    /// (docs/decisions/0010-o-direct-log-writes-with-rwf-dsync.md). Where the file system
+    /// refuses O_DIRECT the log is written buffered.
     #[arg(long)]
     pub log_direct_io: bool,
     /// Run the command log's syncer thread under SCHED_BATCH, so that its several wake-ups per
-    /// fdatasync do not preempt the threads serving requests (docs/BENCHMARKS.md).
+    /// fdatasync do not preempt the threads serving requests
+    /// (docs/decisions/0011-the-log-syncer-under-sched-batch.md).
     #[arg(long)]
     pub log_batch_sched: bool,
     /// Allow admin writes from clients: `config KEY N`, checkpoint triggers, `verbosity`.
@@ -764,8 +766,8 @@ impl Config {
 
     /// Threads of the gRPC API (`grpc_threads`). 0 gives half the CPUs, at least one: the
     /// memcached connection threads already take one per CPU, and a gRPC thread for every CPU
-    /// beside them kept more threads busy than there were cores (docs/BENCHMARKS.md, "W1's
-    /// tail was the run queue").
+    /// beside them kept more threads busy than there were cores
+    /// (docs/decisions/0021-grpc-threads-half-the-cpus.md).
     pub fn grpc_thread_count(&self) -> usize {
         match self.grpc_threads {
             0 => grpc_threads_for(std::thread::available_parallelism().map_or(1, |n| n.get())),

@@ -111,9 +111,9 @@ async fn answer_until_closed<S: Transport>(
     // `stopping` registers the task's waker with the watch when it is first polled; after
     // that it is polled again only once the watch moved (`has_changed`, an atomic load).
     // Polling it at every wait for the client took the watch's lock each time, one lock for
-    // all connections (0.6% of a persistence-off set's server CPU, docs/BENCHMARKS.md, "The
-    // shutdown watch"). A task's waker is the same for its whole life on both engines, so
-    // the first registration stands.
+    // all connections (0.6% of a persistence-off set's server CPU,
+    // docs/decisions/0008-the-shutdown-watch-polled-once.md). A task's waker is the same for
+    // its whole life on both engines, so the first registration stands.
     let mut stopping_polled = false;
     loop {
         let flow = match answer_batch(ctx, c).await {

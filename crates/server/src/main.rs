@@ -60,9 +60,8 @@ fn main() -> ExitCode {
 /// Puts every thread's allocations in glibc malloc's one main arena. By default glibc gives
 /// threads that contend for memory arenas of their own, and the memory that one arena's
 /// short-lived allocations (watch events, log buffers) leave free stays resident beside the
-/// store's segments: at 10M items of the seed's shape, 1-10 B per item more (docs/BENCHMARKS.md,
-/// "The watch history's real size, its default, and one malloc arena"). `MALLOC_ARENA_MAX` in
-/// the environment wins.
+/// store's segments: at 10M items of the seed's shape, 1-10 B per item more
+/// (docs/decisions/0002-one-malloc-arena.md). `MALLOC_ARENA_MAX` in the environment wins.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

@@ -306,7 +306,7 @@ impl Wake for MarkWaker {
 /// registry, for the oldest of them (`settle_safe_waits`), so that a request's wait takes no
 /// lock the other threads take too, and the log's syncer wakes the thread once an advance
 /// instead of each request (each was a registry entry, locked three times, and an inbox
-/// push: docs/BENCHMARKS.md, "One wait a thread").
+/// push: docs/decisions/0014-one-wait-a-thread.md).
 #[derive(Default)]
 struct SafeWaits {
     waiting: VecDeque<(cairn_wal::Lsn, Waker)>,
@@ -572,8 +572,8 @@ thread_local! {
 /// On a connection thread of this engine, when its current turn began polling the tasks that
 /// the turn's completions woke, so after their input had arrived: a connection starts its
 /// requests' latencies from it instead of reading the clock once more for each batch (one
-/// clock read a turn, not one a connection; docs/BENCHMARKS.md, "No allocation and one clock
-/// read a request"). `None` on other threads.
+/// clock read a turn, not one a connection;
+/// docs/decisions/0007-no-allocation-and-one-clock-read-a-request.md). `None` on other threads.
 pub(crate) fn turn_started() -> Option<Instant> {
     TURN_STARTED.with(std::cell::Cell::get)
 }
@@ -1116,7 +1116,7 @@ impl YieldGate {
     /// Beside cairn-bench at 2x200 slow yields are few and come in clusters (121 over 1 ms
     /// in one 8 s run); a bound of 2 paused the yield for 7-23% of the threads' time there,
     /// a bound of 4 cost 0.94x the CPU a request. Beside rpc-perf 44% were slow: a window
-    /// passes 4 about 10% of the time (docs/BENCHMARKS.md, "The turn's yield at 2x200").
+    /// passes 4 about 10% of the time (docs/decisions/0006-a-gated-yield-after-each-turn.md).
     const SLOW_MAX: u32 = 4;
     const SLOW: std::time::Duration = std::time::Duration::from_millis(1);
     const FIRST_PAUSE_MS: u64 = 100;
@@ -1213,7 +1213,7 @@ fn run(
     let mut this_turn: Vec<usize> = Vec::new();
     let mut completions: Vec<(u64, i32, u32)> = Vec::new();
     // The tasks a turn's completions wake; kept with its room (one allocation a turn
-    // otherwise: about 1% of a SYNC set's server CPU, docs/BENCHMARKS.md).
+    // otherwise: about 1% of a SYNC set's server CPU, docs/decisions/0013-the-waiter-registry.md).
     let mut wakers: Vec<Waker> = Vec::new();
     let mut turn = 0u64;
     let mut gate = std::env::var_os(NO_TURN_YIELD_FOR_AB)
@@ -1295,7 +1295,7 @@ fn run(
         // that are often runnable (rpc-perf's threads) a yield every turn lost the server
         // most of its share of the core (19K instead of 49K of 60K requests/s offered). So
         // the yield is gated: only while yields come back quickly (`YieldGate`;
-        // BENCHMARKS.md, "A yield per turn" and "The adaptive yield").
+        // docs/decisions/0006-a-gated-yield-after-each-turn.md).
         let yield_now = polled > 0
             && gate
                 .as_mut()

@@ -1,5 +1,5 @@
-//! The flash tier end to end: the real binary, a flash file with O_DIRECT on the work disk
-//! (/tmp here is the ext4 work disk), data many times the RAM limit. Commands on flash items,
+//! The flash tier end to end: the real binary, a flash file with O_DIRECT in the temporary
+//! folder (which must take O_DIRECT: ext4 does, tmpfs does not), data many times the RAM limit. Commands on flash items,
 //! restarts and a kill -9 crash loop with persistence, a corrupted segment, refusals at start.
 //! The crash loop prints its seed; CAIRN_TEST_SEED replays it.
 

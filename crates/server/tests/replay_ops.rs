@@ -427,8 +427,9 @@ fn cas_is_not_reused_after_recovery_from_the_log() {
     cas_not_reused(false);
 }
 
-/// Fails at commit b286f0c: the snapshot does not hold the deleted b, so recovery handed out
-/// b's old CAS again ("CAS 2 of the new b is not above 2").
+/// Fails when the snapshot's trailer does not keep the store's CAS counter: the snapshot does
+/// not hold the deleted b, so recovery handed out b's old CAS again ("CAS 2 of the new b is not
+/// above 2").
 #[test]
 fn cas_is_not_reused_after_recovery_from_a_checkpoint() {
     cas_not_reused(true);

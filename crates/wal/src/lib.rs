@@ -188,8 +188,8 @@ pub struct LogOptions {
     /// writes where the file system refuses O_DIRECT (EINVAL, e.g. tmpfs).
     ///
     /// Off by default in the library: it is slower for megabyte records on the disk where it
-    /// was measured (docs/BENCHMARKS.md, "The log library against the disk"); the server turns
-    /// it on.
+    /// was measured (docs/decisions/0010-o-direct-log-writes-with-rwf-dsync.md); the server
+    /// turns it on.
     pub direct_io: bool,
     /// Segments dropped by [`Log::truncate_before`] are kept, up to this many, and become the
     /// next segments instead of new files. A reused file is already allocated and written,
@@ -201,7 +201,7 @@ pub struct LogOptions {
     /// several times per fdatasync; on a machine whose cores are busy, each such wake-up
     /// otherwise preempts whoever runs there, e.g. a thread serving requests. A hint: where the
     /// policy cannot be set, the log runs the same. Off by default; the server turns it on
-    /// (docs/BENCHMARKS.md has the measurement).
+    /// (docs/decisions/0011-the-log-syncer-under-sched-batch.md has the measurement).
     pub syncer_batch_sched: bool,
 }
 

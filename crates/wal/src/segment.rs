@@ -242,8 +242,8 @@ impl Tail {
     /// (1 MiB writes) or recovery's read-ahead leave the file cached in large folios, and each
     /// small buffered write into a large folio walks every block of it (ext4's
     /// `block_write_begin` and `block_commit_write`: 0.25 us per insert in the profile of
-    /// ASYNC inserts, docs/BENCHMARKS.md); written after the drop, the pages come in folios
-    /// the size of the writes.
+    /// ASYNC inserts, docs/decisions/0015-async-writes-in-whole-blocks-on-an-uncached-tail.md);
+    /// written after the drop, the pages come in folios the size of the writes.
     pub fn drop_cache(&self) {
         if self.direct.is_some() {
             self.file.drop_cache();

@@ -21,10 +21,10 @@
 //! engine, an Inbox push, and one eventfd write for a thread that sleeps), so the syncer
 //! wakes a whole group's requests on both connection threads in one go. An earlier registry
 //! woke [`FAN_OUT`] and let each woken waiter wake more: a chain of hops between the
-//! connection threads, each a scheduling delay on 2 shared cores (A/B in docs/BENCHMARKS.md,
-//! "SYNC's wakes"). A waiter that finds its LSN covered on its own (the mark moved before its
-//! wake came) still passes a wake on to up to [`FAN_OUT`] covered others as it leaves, so no
-//! entry waits for an advance that already happened.
+//! connection threads, each a scheduling delay on 2 shared cores (A/B in
+//! docs/decisions/0013-the-waiter-registry.md). A waiter that finds its LSN covered on its own
+//! (the mark moved before its wake came) still passes a wake on to up to [`FAN_OUT`] covered
+//! others as it leaves, so no entry waits for an advance that already happened.
 //!
 //! Every entry belongs to a waiter that has not finished (one that finishes or is dropped
 //! removes its own entry). A wake that comes after a waiter found its LSN covered on its own
@@ -59,7 +59,7 @@ pub(crate) struct Watermark {
 /// arrive), so that registering, waking a prefix and leaving allocate nothing once the
 /// buffer has grown (a `BTreeMap` allocated and freed nodes for them: with the log's syncer
 /// freeing what connection threads allocated, about 1% of a SYNC set's server CPU,
-/// docs/BENCHMARKS.md).
+/// docs/decisions/0013-the-waiter-registry.md).
 #[derive(Default)]
 struct Registry {
     waiting: VecDeque<(Key, Waker)>,

@@ -143,8 +143,8 @@ fn raw(dir: &Path, size: usize, count: u64, direct: bool, kind: RawFile) -> Row 
 }
 
 /// The calling thread's CPU and voluntary context switches (`getrusage(RUSAGE_THREAD)`):
-/// what one durable write costs the kernel besides its wait (docs/BENCHMARKS.md, "The
-/// durable write's own CPU").
+/// what one durable write costs the kernel besides its wait
+/// (docs/decisions/0009-group-commit-one-durable-write-in-flight.md).
 struct ThreadCpu {
     user_us: u64,
     system_us: u64,

@@ -5,8 +5,8 @@
 # NAME@DIR=... puts that variant's data folder under DIR (e.g. @/dev/shm: a tmpfs, where
 # fdatasync costs nothing).
 #
-# usage: scripts/sync_insert_ab.sh SECONDS ROUNDS "NAME=BINARY [ARGS...]" "NAME=BINARY [ARGS...]"
-# e.g.   scripts/sync_insert_ab.sh 8 2 \
+# usage: scripts/sync-insert-ab.sh SECONDS ROUNDS "NAME=BINARY [ARGS...]" "NAME=BINARY [ARGS...]"
+# e.g.   scripts/sync-insert-ab.sh 8 2 \
 #            "buffered=target/release/cairn --log-direct-io false" \
 #            "direct=target/release/cairn --log-direct-io true"
 set -euo pipefail
