@@ -777,6 +777,79 @@ fn a_former_primary_discards_what_the_new_primary_never_acknowledged() {
     );
 }
 
+/// After a failover the members that kept up resume from the new primary (its lineage maps
+/// their position in the old primary's log to its own): no full copy, counted by each
+/// member's `full_syncs` and `resumes`, across several failovers in a group of three.
+#[test]
+fn replicas_that_kept_up_resume_after_a_failover_without_a_full_copy() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let address = zk.address();
+    let mut args = group_args(&address, "resume");
+    args.extend(["--zookeeper-session-timeout-ms", "2000"]);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<Option<Server>> = dirs
+        .iter()
+        .map(|d| Some(Server::start_in(d.path(), &args)))
+        .collect();
+    let role = |s: &Server| stats(&mut s.connect(), "replication")["role"].clone();
+    let mut acked = BTreeMap::new();
+    for round in 0..3 {
+        let primary = (0..3)
+            .find(|&i| nodes[i].as_ref().is_some_and(|s| role(s) == "primary"))
+            .expect("a primary");
+        let p = nodes[primary].as_ref().unwrap();
+        let mut c = p.connect();
+        wait_until("both replicas in sync", || {
+            stats(&mut c, "replication")["in_sync"].split(',').count() == 2
+        });
+        for j in 0..50 {
+            let (key, value) = (format!("r{round}:{j}"), format!("v{round}.{j}"));
+            c.send(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+            assert_eq!(c.read_until(b"\r\n"), b"STORED\r\n", "round {round}: {key}");
+            acked.insert(key, Some(value));
+        }
+        let copies_before: Vec<(usize, u64)> = (0..3)
+            .filter(|&i| i != primary)
+            .map(|i| {
+                let mut r = nodes[i].as_ref().unwrap().connect();
+                (i, stat_u64(&mut r, "replication", "full_syncs"))
+            })
+            .collect();
+        nodes[primary].take().unwrap().kill9();
+        let survivors: Vec<usize> = copies_before.iter().map(|&(i, _)| i).collect();
+        wait_until("the election", || {
+            survivors
+                .iter()
+                .any(|&i| role(nodes[i].as_ref().unwrap()) == "primary")
+        });
+        let new = *survivors
+            .iter()
+            .find(|&&i| role(nodes[i].as_ref().unwrap()) == "primary")
+            .unwrap();
+        let other = *survivors.iter().find(|&&i| i != new).unwrap();
+        let o = nodes[other].as_ref().unwrap();
+        let mut oc = o.connect();
+        wait_until("the other replica to follow the new primary", || {
+            let s = stats(&mut oc, "replication");
+            s["role"] == "replica" && s["connected"] == "yes" && s["complete"] == "yes"
+        });
+        let before = copies_before.iter().find(|&&(i, _)| i == other).unwrap().1;
+        let s = stats(&mut oc, "replication");
+        assert_eq!(
+            s["full_syncs"].parse::<u64>().unwrap(),
+            before,
+            "round {round}: the replica that kept up took a full copy: {s:?}"
+        );
+        assert!(s["resumes"].parse::<u64>().unwrap() >= 1, "{s:?}");
+        assert_acked_writes(nodes[new].as_ref().unwrap(), &acked, round);
+        assert_acked_writes(o, &acked, round);
+        // The old primary comes back (as a replica: a copy, or a resume if it held nothing
+        // the new primary lacks).
+        nodes[primary] = Some(Server::start_in(dirs[primary].path(), &args));
+        assert_acked_writes(nodes[primary].as_ref().unwrap(), &acked, round);
+    }
+}
+
 /// SIGTERM by PID: a graceful stop.
 fn sigterm(child: &Child) {
     let status = Command::new("kill")
