@@ -12,7 +12,7 @@ therefore last 1.6 T + 1 s: long enough for a failover under the fault.
 | zk-minority | kill -9 of one ZooKeeper server (the leader) | restart it |
 | zk-majority | kill -9 of two ZooKeeper servers (the leader and a follower) | restart them |
 | pause-primary | SIGSTOP of the primary | SIGCONT |
-| pause-during-full-copy | a fresh filler written (so a full copy has something to move); replication links slowed to `copy_rate`; kill -9 of the primary; once a new primary is elected and a replica takes a full copy from it (the old primary restarted and joined, taking one too), SIGSTOP of the new primary | SIGCONT; links back to full speed |
+| pause-during-full-copy | a fresh filler written (so a full copy has something to move); kill -9 of the primary; once a new primary is elected, the other survivor is killed, its data folder wiped (a replaced disk) and started again on links slowed to `copy_rate`, so it takes a full copy; during that copy, SIGSTOP of the new primary for longer than its session (the half-copied member is then the only one registered) | SIGCONT; links back to full speed; the old primary started again |
 | kill-primary | kill -9 of the primary, until a new one is elected | restart it |
 | stale-client | the primary loses ZooKeeper and the other nodes; two extra clients talk to it alone | lift; those clients stop |
 | flapping | the primary's links to ZooKeeper and the other nodes go down and up at random (0.2 s .. T/2 each) for 2.5 T | lift |
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import time
 
 from .cluster import Cluster, NotHealthy
@@ -178,9 +179,6 @@ class PauseDuringFullCopy(Nemesis):
         cl.write_filler(cl.round_name)
         old = cl.primary()
         self.old = old
-        before = {n.host: int((n.stats() or {}).get("full_syncs", 0)) for n in cl.others(old)}
-        cl.proxies.set(None, rate_bps=cl.cfg.copy_rate_bps)
-        cl.event(f"replication links slowed to {cl.cfg.copy_rate_bps} B/s")
         old.kill9()
         cl.event(f"{old.host} (primary) killed (-9)")
 
@@ -191,34 +189,34 @@ class PauseDuringFullCopy(Nemesis):
         new = wait_for("a new primary", elected, 3 * self.T + 20)
         self.new = new
         cl.event(f"{new.host} elected")
-        old.start(wait_s=None)
-        cl.event(f"{old.host} restarted (it takes a full copy before it serves)")
+        # The other survivor kept up, so it resumes from the new primary; a full copy is what a
+        # member with nothing takes: its data folder is wiped (a replaced disk) and it starts
+        # again, on slowed links.
+        copier = next(n for n in cl.others(old) if n is not new)
+        self.copier = copier
+        copier.kill9()
+        for entry in copier.data_dir.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        cl.proxies.set(None, rate_bps=cl.cfg.copy_rate_bps)
+        cl.event(f"replication links slowed to {cl.cfg.copy_rate_bps} B/s")
+        copier.start(wait_s=None)
+        cl.event(f"{copier.host} wiped and restarted (it takes a full copy before it serves)")
 
         def copying():
-            out = []
-            for n in cl.others(new):
-                s = n.stats() or {}
-                if (
-                    n is not old
-                    and s.get("role") == "replica"
-                    and s.get("connected") == "yes"
-                    and int(s.get("full_syncs", 0)) > before.get(n.host, 0)
-                    and s.get("applied_revision") == "0"
-                ):
-                    out.append(n.host)
-            return out
+            # The copier listens only once its copy is whole: until then the new primary
+            # counts it as a connected replica, and it is not ready.
+            s = new.stats() or {}
+            return int(s.get("replicas", 0)) >= 1 and not copier.ready.is_set()
 
-        wait_for("a replica's full copy", copying, 20, every_s=0.02)
-        # The restarted old primary takes a full copy too once it has joined the group (its
-        # member znode is there); its copy starts right after.
-        try:
-            wait_for("the old primary to join", lambda: len(cl.members()) >= len(cl.nodes), 10)
-        except NotHealthy:
-            cl.event(f"{old.host} has not joined the group yet")
-        still = copying()
+        wait_for("the full copy", copying, 20, every_s=0.02)
+        # Paused for longer than its session: the half-copied member is then the only one
+        # registered, and must not be elected (it never held every acknowledged write).
         new.stop()
-        self.notes.update(killed=old.host, paused=new.host, copying_at_pause=still)
-        cl.event(f"{new.host} (new primary) paused (SIGSTOP) during the full copy of {still}")
+        self.notes.update(killed=old.host, paused=new.host, copying=copier.host)
+        cl.event(f"{new.host} (new primary) paused (SIGSTOP) during the full copy of {copier.host}")
 
     def heal(self):
         self.new.cont()
