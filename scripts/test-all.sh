@@ -36,3 +36,18 @@ CAIRN_TEST_IO_ENGINE=tokio CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q \
 # across a kill -9 of its primary. run.py skips with a note when java, mvn or zookeeper is
 # missing, except under CI (CI set), where .ci/run installs them and their absence fails.
 CAIRN_BIN="$CAIRN" python3 tests/arcus-java/run.py
+
+# ---- The fault bench (tests/faults), short --------------------------------------------------
+# A three-node group and a ZooKeeper ensemble of three, each in a network namespace of its own,
+# 20 rounds of faults (partitions, pauses, kill -9, ZooKeeper lost, a pause during a full copy,
+# ...) under concurrent clients, with --replication sync: any acknowledged write lost fails.
+# Needs root, iproute2 and nftables (.ci/run installs nftables); skipped with a note elsewhere,
+# except under CI.
+if [ "$(id -u)" = 0 ] && command -v nft >/dev/null && command -v ip >/dev/null; then
+    tests/faults/run.sh --rounds 20 --replication sync --cairn "$CAIRN" --out target/faults/ci
+elif [ -n "${CI:-}" ]; then
+    echo "fault bench: needs root, iproute2 and nftables under CI" >&2
+    exit 1
+else
+    echo "fault bench skipped: needs root, iproute2 and nftables (tests/faults/README.md)"
+fi

@@ -175,6 +175,28 @@ def writes_of(ops):
     return [o for o in ops if o.op in ("set", "delete")]
 
 
+# Slack on the async bound: the primary's polls (50 ms), a ZooKeeper write to change the
+# in-sync set, and the clients' own clocks around a reply.
+BOUND_SLACK_S = 0.5
+
+
+def bound_of(cfg) -> tuple[float, float]:
+    """What --replication async may lose, as seconds before and after a fault's start: the
+    writes a replica may lag behind before it leaves the in-sync set (half the replication
+    timeout), and what a cut-off primary acknowledges until its lease ends (2/3 of the
+    session timeout), each with BOUND_SLACK_S."""
+    return (cfg.replication_timeout_ms / 2000 + BOUND_SLACK_S,
+            cfg.session_timeout_ms * 2 / 3000 + BOUND_SLACK_S)
+
+
+def bound_violation(rec: dict, cfg) -> bool:
+    """Whether a round lost an async write acknowledged outside bound_of."""
+    if "lost_acked_before_fault_s" not in rec:
+        return False
+    before, after = bound_of(cfg)
+    return rec["lost_acked_before_fault_s"] > before or rec["lost_acked_after_fault_s"] > after
+
+
 def outage(ops, t_fault: float, t_stop: float) -> float:
     """The longest time after the fault without an acknowledged write: the largest gap in
     [t_fault, t_stop] between acknowledged writes' completions."""
@@ -365,6 +387,12 @@ class Bench:
             e["count"] += 1
             e["last_start"] = o.start
         rec["lost_by_node"] = by
+        if lost_ops:
+            # When the lost writes were acknowledged, against the fault's start (async mode
+            # states a bound on both sides: see bound_violation).
+            t_fault = rec["t_fault"]
+            rec["lost_acked_before_fault_s"] = round(max(t_fault - o.end for o in lost_ops), 3)
+            rec["lost_acked_after_fault_s"] = round(max(o.end - t_fault for o in lost_ops), 3)
         rec["phantom_values"] = len(new_phantom)
         rec["phantom_examples"] = [summarize_key(k) for k in new_phantom[:5]]
         rec["phantom_reads"] = len(v.phantom_reads)
@@ -528,7 +556,15 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.replication == "sync" and t["lost_acked_writes"]:
         bad.append(f"{t['lost_acked_writes']} acknowledged writes lost")
     elif t["lost_acked_writes"]:
-        print(f"async: {t['lost_acked_writes']} acknowledged writes lost (reported, not a failure)")
+        before, after = bound_of(cfg)
+        worst_before = max((r.get("lost_acked_before_fault_s", -1e9) for r in bench.rounds))
+        worst_after = max((r.get("lost_acked_after_fault_s", -1e9) for r in bench.rounds))
+        print(f"async: {t['lost_acked_writes']} acknowledged writes lost, acknowledged from "
+              f"{worst_before:.3f} s before a fault's start to {worst_after:.3f} s after it; "
+              f"the stated bound: {before:.3f} s before, {after:.3f} s after")
+        late = [r["round"] for r in bench.rounds if bound_violation(r, cfg)]
+        if late:
+            bad.append(f"async writes lost outside the stated bound in rounds {late}")
     for k, what in (("phantom_values", "phantom values"), ("phantom_reads", "phantom reads"),
                     ("divergent_keys", "keys diverged between nodes"),
                     ("not_recovered", "rounds in which the group did not recover by itself")):
