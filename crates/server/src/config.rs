@@ -890,30 +890,35 @@ mod tests {
         assert_eq!(Config::from_args(["cairn"]).unwrap(), Config::default());
     }
 
-    /// README's settings table has a row for every key (JSON keeps the unset Options' keys).
+    /// The configuration reference's table has a row for every key (JSON keeps the unset
+    /// Options' keys).
     #[test]
-    fn readme_lists_every_setting() {
-        let readme = include_str!("../../../README.md");
+    fn the_reference_lists_every_setting() {
+        let readme = include_str!("../../../docs/CONFIGURATION.md");
         let keys = serde_json::to_value(Config::default()).unwrap();
         for key in keys.as_object().unwrap().keys() {
             assert!(
                 readme.contains(&format!("\n| `{key}` | ")),
-                "README.md's settings table has no row for `{key}`"
+                "docs/CONFIGURATION.md's settings table has no row for `{key}`"
             );
         }
     }
 
-    /// Every flag `cairn --help` shows, long and short, is written in README.md.
+    /// Every flag `cairn --help` shows, long and short, is written in the configuration
+    /// reference.
     #[test]
-    fn readme_lists_every_flag() {
-        let readme = include_str!("../../../README.md");
+    fn the_reference_lists_every_flag() {
+        let readme = include_str!("../../../docs/CONFIGURATION.md");
         let mut cmd = command();
         cmd.build();
         for arg in cmd.get_arguments() {
             let long = arg.get_long().map(|l| format!("`--{l}"));
             let short = arg.get_short().map(|s| format!("`-{s}"));
             for flag in long.into_iter().chain(short) {
-                assert!(readme.contains(&flag), "README.md does not name {flag}`");
+                assert!(
+                    readme.contains(&flag),
+                    "docs/CONFIGURATION.md does not name {flag}`"
+                );
             }
         }
     }
