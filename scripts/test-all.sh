@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit, golden wire, real clients, memccapable when
-# installed) and the pymemcache suite against the freshly built binary.
+# installed), the Python suites and the Python client package (clients/python) against the
+# freshly built binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,23 @@ CAIRN="${CARGO_TARGET_DIR:-$PWD/target}/debug/cairn"
 CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q tests/python
 CAIRN_TEST_IO_ENGINE=tokio CAIRN_BIN="$CAIRN" "$PYTHON" -m pytest -q \
     tests/python/test_pymemcache.py
+
+# ---- The Python client package (clients/python) ----------------------------------------------
+# Installed with pip as a user would (`pip install ./clients/python`: grpcio and protobuf from
+# PyPI, the stubs shipped in it) into a venv: $PYTHON's own when it is one, else the one under
+# target/ (made above, or now). Its tests run the real binary, kill -9 and restart it included.
+if "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    CLIENT_PYTHON="$PYTHON"
+else
+    VENV="$PWD/target/python-venv"
+    if ! "$VENV/bin/python" -c "import pytest, grpc_tools" 2>/dev/null; then
+        python3 -m venv "$VENV"
+        "$VENV/bin/python" -m pip install --quiet pytest grpcio-tools
+    fi
+    CLIENT_PYTHON="$VENV/bin/python"
+fi
+"$CLIENT_PYTHON" -m pip install --quiet ./clients/python
+CAIRN_BIN="$CAIRN" "$CLIENT_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests
 
 # ---- ARCUS's own Java client (tests/arcus-java) --------------------------------------------
 # arcus-java-client 1.12.1 from Maven Central (cached in ~/.m2 after the first run) against

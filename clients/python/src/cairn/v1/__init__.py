@@ -1,0 +1,1 @@
+"""Stubs generated from proto/cairn/v1/*.proto by scripts/generate_stubs.py."""
