@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   Device::write_at (writer thread, whole segments)   Device::read_at (pread pool, reclaim)
-//!   Device::fd ──> io_uring reads (reader.rs), when the device is a real file
+//!   Device::fd ──> io_uring reads (reader/), when the device is a real file
 //! ```
 //!
 //! Every buffer, offset and length handed to a device is a multiple of 4 KiB ([`BLOCK`]), as
