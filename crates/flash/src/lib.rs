@@ -35,6 +35,7 @@
 //!   checkpoint   segments a checkpoint names (the why)     recover   what a restart keeps
 //!   flash_tier   the store's FlashTier calls               counters  the tier's stats
 //!   device       O_DIRECT file, aligned buffers            format    the on-device bytes
+//!   faulty_device  (tests only) a device failing chosen ranges
 //!   reader/      the read engines (io_uring rings, pread pool)
 //! ```
 
@@ -44,6 +45,8 @@ mod config;
 mod counters;
 pub mod device;
 mod error;
+#[cfg(any(test, feature = "test-util"))]
+mod faulty_device;
 mod flash_tier;
 pub mod format;
 mod get;
@@ -57,8 +60,10 @@ mod writer;
 pub use checkpoint::Pin;
 pub use config::{FlashConfig, MIN_SEGMENTS};
 pub use counters::{Counters, COUNTERS};
-pub use device::{AlignedBuf, Device, FaultyDevice, FileDevice, OpenError};
+pub use device::{AlignedBuf, Device, FileDevice, OpenError};
 pub use error::FlashError;
+#[cfg(any(test, feature = "test-util"))]
+pub use faulty_device::FaultyDevice;
 pub use get::{Fetch, Promotion};
 pub use reader::{lend_thread_ring, ReadBuf, Reader, ThreadRing};
 pub use recover::PastItem;
