@@ -59,26 +59,22 @@ impl Reader {
     /// through the calling thread's own ring (lent by its engine, or its runtime's).
     pub async fn read(&self, offset: u64, len: usize, own_ring: &AtomicU64) -> io::Result<ReadBuf> {
         if let Reader::Uring(r) = self {
-            if r.per_worker {
-                if let Some(read) = LentRead::submit(r.fd, offset, len) {
-                    own_ring.fetch_add(1, Relaxed);
-                    return read?.await;
-                }
+            if let Some(read) = LentRead::submit(r.fd, offset, len) {
+                own_ring.fetch_add(1, Relaxed);
+                return read?.await;
             }
         }
         let mut buf = AlignedBuf::new(len);
         if let Reader::Uring(r) = self {
-            if r.per_worker {
-                if let Some(ring) = LocalRing::current() {
-                    match ring.submit(r.fd, offset, buf) {
-                        Ok(id) => {
-                            own_ring.fetch_add(1, Relaxed);
-                            let (buf, result) = ring.wait(id).await;
-                            return completed(buf, result).map(ReadBuf::Aligned);
-                        }
-                        // The ring is full: the shared one takes it.
-                        Err(b) => buf = b,
+            if let Some(ring) = LocalRing::current() {
+                match ring.submit(r.fd, offset, buf) {
+                    Ok(id) => {
+                        own_ring.fetch_add(1, Relaxed);
+                        let (buf, result) = ring.wait(id).await;
+                        return completed(buf, result).map(ReadBuf::Aligned);
                     }
+                    // The ring is full: the shared one takes it.
+                    Err(b) => buf = b,
                 }
             }
         }

@@ -29,17 +29,11 @@ const RING_ENTRIES: u32 = 256;
 /// user_data of the eventfd read that wakes the ring thread for new requests.
 const WAKE: u64 = u64::MAX;
 
-/// Set to 1, reads go through the one shared ring thread even from current-thread runtimes
-/// (the design before rings per worker; kept for A/B benchmarks).
-pub const SHARED_RING_ENV: &str = "CAIRN_FLASH_SHARED_RING";
-
 /// The io_uring reader: rings of the worker threads, and one thread owning a shared ring
 /// for callers on multi-thread runtimes.
 pub struct UringReader {
     /// The device's descriptor.
     pub(super) fd: RawFd,
-    /// Whether current-thread runtimes use a ring of their own.
-    pub(super) per_worker: bool,
     /// Requests for the ring thread; None once it is stopping.
     tx: Mutex<Option<Sender<Req>>>,
     /// The eventfd that wakes the ring thread for new requests.
@@ -82,7 +76,6 @@ impl UringReader {
             .spawn(move || ring_loop(ring, fd, rx, thread_wake))?;
         Ok(UringReader {
             fd,
-            per_worker: std::env::var(SHARED_RING_ENV).as_deref() != Ok("1"),
             tx: Mutex::new(Some(tx)),
             wake,
             thread: Some(thread),
