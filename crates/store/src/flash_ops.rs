@@ -268,6 +268,8 @@ impl Store {
     /// `locs` (with the key's tag; each with its segment's seq when read, see
     /// [`FlashTier::sealed_seq`]) were read and hold other keys: a store or delete of `key`
     /// leaves them alone instead of removing every entry with the tag.
+    ///
+    /// [`FlashTier::sealed_seq`]: crate::FlashTier::sealed_seq
     pub fn spare_flash(&self, key: &[u8], locs: &[(FlashLoc, u64)]) {
         if !locs.is_empty() {
             flash::set_spared(

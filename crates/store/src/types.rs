@@ -28,6 +28,8 @@ pub struct ItemMeta {
     /// Unix seconds of the last access: a store, a get, a touch, or a meta command that bumps
     /// (exact for an hour of its segment's life, then within 1/2048 of the segment's age; see
     /// `segment::encode_access`). Written by [`Entry::update_meta`] when changed.
+    ///
+    /// [`Entry::update_meta`]: crate::Entry::update_meta
     pub last_access: UnixSecs,
     /// Whether the item was fetched since it was stored (meta `h`).
     pub fetched: bool,
@@ -146,6 +148,9 @@ pub struct StoreStats {
 
 /// Result of [`Store::get`] (a copy of the item), or of [`Store::get_with`] (what its
 /// closure returned).
+///
+/// [`Store::get`]: crate::Store::get
+/// [`Store::get_with`]: crate::Store::get_with
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReadOutcome<T = Item> {
     Hit(T),
