@@ -2,15 +2,15 @@
 //! write queue and the flash eviction FIFO, all under the tier's one lock (`Flash::inner`).
 //!
 //! ```text
-//!            open_segment           seal (full, or named by a checkpoint)
-//!   Free ────────────────> Open ─────────────────> Queued ──written──> Sealed
-//!    ^                                                 │ write failed     │ │ read failed
-//!    │                                                 v                  │ v
-//!    │                                              Failed <──────────────┘ Failed
-//!    │   flash eviction (reclaim), not named by a checkpoint              │
-//!    ├────────────────────────────────────────────────────────────────────┤
-//!    │   named: Retired, until a checkpoint no longer names it            │
-//!    └──────────────────────── Retired <──────────────────────────────────┘
+//!          open_segment       seal (full, or named by a checkpoint)    written
+//!   Free ──────────────> Open ──────────────────────> Queued ───────────> Sealed
+//!    ^                                                  │ write failed      │  │ a read failed
+//!    │                                                  v                   │  v
+//!    │                                                Failed (never used)   │  Failed
+//!    │     flash eviction (reclaim.rs), not named by a checkpoint           │
+//!    ├──────────────────────────────────────────────────────────────────────┤
+//!    │     flash eviction, named by a checkpoint                            │
+//!    └── no checkpoint names it any more ── Retired <───────────────────────┘
 //! ```
 //!
 //! Non-goals: no I/O and no logic here: the tier's modules change the table under the lock.
