@@ -1,12 +1,15 @@
 //! Tier tests on real files with O_DIRECT (the work disk), a store with a small RAM limit in
 //! front, and the fault-injecting device for I/O errors.
 
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_store::{ReadOutcome, Store, StoreConfig};
+use cairn_store::{FlashLoc, FlashTier, Item, ItemMeta, ReadOutcome, Store, StoreConfig};
 
 use super::*;
+use crate::format::BLOCK;
 
 const NOW: u32 = 1_000_000;
 

@@ -21,7 +21,7 @@
 //! No two items of one 4 KiB block share a tag (the tier starts a new block instead), so an
 //! entry's place (block, blocks, tag) names exactly one item.
 
-use crate::ItemMeta;
+use crate::types::ItemMeta;
 
 /// Bits of the device block number: 2^27 blocks of 4 KiB = 512 GiB.
 pub const BLOCK_BITS: u32 = 27;

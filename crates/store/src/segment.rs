@@ -28,7 +28,12 @@
 //! `access` is the item's last access (meta `l`/`h`, `me`'s `la=`, metadump), in 16 bits
 //! relative to the segment's creation time; see [`encode_access`].
 //!
+//! An item's header reads as the store's `ItemMeta` through [`meta_of`]; [`state_of`] gives
+//! the state bits of an `ItemMeta`.
+//!
 //! Non-goals: no locking (the shard owns its segments), no I/O.
+
+use crate::types::ItemMeta;
 
 /// Size of a regular segment.
 pub const SEGMENT_SIZE: usize = 1 << 20;
@@ -420,6 +425,29 @@ impl Segment {
         out
     }
 }
+
+/// The metadata of the item at offset `at` of `seg`, whose header is `h`.
+pub(crate) fn meta_of(h: &Header, seg: &Segment, at: usize) -> ItemMeta {
+    ItemMeta {
+        flags: h.flags,
+        exptime: h.exptime,
+        cas: seg.cas(at, h),
+        last_access: seg.access(h),
+        fetched: h.state & FETCHED != 0,
+        stale: h.state & STALE != 0,
+        win_sent: h.state & WIN_SENT != 0,
+        mod_revision: seg.revision(at, h),
+    }
+}
+
+/// The state bits of an item with metadata `m` (fetched, stale, win_sent).
+pub(crate) fn state_of(m: &ItemMeta) -> u8 {
+    (if m.fetched { FETCHED } else { 0 })
+        | (if m.stale { STALE } else { 0 })
+        | (if m.win_sent { WIN_SENT } else { 0 })
+}
+
+const _: () = assert!(DEAD != FETCHED);
 
 #[cfg(test)]
 mod tests {

@@ -20,9 +20,21 @@ use hashbrown::HashTable;
 
 use crate::flash::{tag_of, FlashLoc, FlashTier, KeyAt};
 use crate::flash_index::FlashIndex;
-use crate::segment::{self, Header, Segment, DEAD, FETCHED, SEGMENT_SIZE};
-use crate::StoreStats;
-use crate::{meta_of, DeleteReason, Mutation, PrevItem, Revision, Store};
+use crate::segment::{self, meta_of, Header, Segment, DEAD, FETCHED, SEGMENT_SIZE};
+use crate::types::{DeleteReason, Mutation, PrevItem, Revision, StoreStats};
+
+/// What a shard calls back into its store for while it makes room or removes items
+/// (implemented by `Store`; a trait, so that shards need not know the store's type).
+pub trait StoreCalls {
+    /// The hash the store files `key` under.
+    fn hash(&self, key: &[u8]) -> u64;
+    /// Reports a mutation to the sink and returns its revision (`Store::report`).
+    fn report(&self, m: &Mutation<'_>) -> Revision;
+    /// The last CAS unique handed out (the CAS base of a new segment).
+    fn cas_floor(&self) -> u64;
+    /// The newest revision reported (the revision base of a new segment).
+    fn newest_revision(&self) -> Revision;
+}
 
 /// What shard operations that make room or remove items need from the store.
 pub struct Env<'a> {
@@ -30,7 +42,7 @@ pub struct Env<'a> {
     pub now: u32,
     /// The key hash, the mutation report (`Store::report`) and the newest revision (the base
     /// of a new segment).
-    pub store: &'a Store,
+    pub store: &'a dyn StoreCalls,
 }
 
 impl Env<'_> {
@@ -375,7 +387,7 @@ impl Shard {
             return false;
         }
         let seg = self.seg(slot);
-        let meta = crate::meta_of(h, seg, at);
+        let meta = meta_of(h, seg, at);
         let Some(loc) = tier.admit(hash, key, seg.value(h), &meta) else {
             return false;
         };

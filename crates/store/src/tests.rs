@@ -1,6 +1,8 @@
 //! Store tests: every method, a model comparison, eviction under a limit, threads.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
 
 use proptest::prelude::*;
