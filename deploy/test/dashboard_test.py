@@ -8,7 +8,8 @@
       ^  GET /api/v1/query, /api/v1/rules
     this script
 
-Once Prometheus holds a few scrapes, it checks:
+First it checks the dashboard's shape (a data source variable every panel uses, unique ids,
+panels that do not overlap); once Prometheus holds a few scrapes, it checks:
   1. every panel's query (rows and collapsed rows included), with the dashboard's variables
      substituted, returns at least one series; a query with a variable this script does not
      know fails;
@@ -287,6 +288,43 @@ def grafana_regex_escape(value):
     return re.sub(r"([$^*{}\[\]'+?.()|])", r"\\\\\1", value.replace("\\", "\\\\\\\\"))
 
 
+def structure(dashboard):
+    """What Grafana's import needs and this dashboard promises, without a Grafana: a data source
+    variable that every panel and query uses, unique panel ids, unique refIds per panel, and
+    panels that do not overlap on the grid."""
+    problems = []
+    variables = dashboard.get("templating", {}).get("list", [])
+    if not any(v.get("type") == "datasource" and v.get("query") == "prometheus" and v.get("name") == "datasource"
+               for v in variables):
+        problems.append("no Prometheus data source variable named datasource")
+    ids, cells = set(), {}
+    for p in panels(dashboard):
+        where = f"panel {p.get('title')!r}"
+        if p.get("id") in ids:
+            problems.append(f"{where}: id {p.get('id')} used twice")
+        ids.add(p.get("id"))
+        if p["type"] not in ("row", "text"):
+            sources = [p.get("datasource")] + [t.get("datasource") for t in p.get("targets", [])]
+            if any(d != {"type": "prometheus", "uid": "${datasource}"} for d in sources):
+                problems.append(f"{where}: a data source other than ${{datasource}}: {sources}")
+            refs = [t.get("refId") for t in p.get("targets", [])]
+            if len(refs) != len(set(refs)) or not refs:
+                problems.append(f"{where}: refIds {refs}")
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                if (x, y) in cells:
+                    problems.append(f"{where} overlaps {cells[(x, y)]!r} at ({x}, {y})")
+                    break
+                cells[(x, y)] = p.get("title")
+            else:
+                continue
+            break
+        if g["x"] + g["w"] > 24:
+            problems.append(f"{where}: wider than the grid")
+    return problems
+
+
 def substitute(expr, values):
     """The dashboard's variables replaced by this run's values; any other $ is an error."""
     out = expr.replace("$__rate_interval", RATE_INTERVAL)
@@ -321,7 +359,7 @@ def main():
 
     started = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="cairn-dashboard-test-")
-    failures, load_errors = [], []
+    failures, load_errors = structure(dashboard), []
     stop = threading.Event()
     cairn = prom = None
     loads = []
