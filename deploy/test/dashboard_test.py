@@ -439,7 +439,7 @@ def main():
         if checked == 0:
             failures.append("the dashboard has no panel query")
         log(f"{checked} panel queries run, each returned a series; {len(idle)} of them only "
-            f"zero or NaN under this load (no flash read, no error, ...)")
+            f"zero or NaN under this load (errors, refusals, drops: --verbose lists them)")
         if args.verbose:
             for line in idle:
                 log(f"  {line}")
