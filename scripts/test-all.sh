@@ -48,6 +48,15 @@ fi
 "$CLIENT_PYTHON" -m pip install --quiet ./clients/python
 CAIRN_BIN="$CAIRN" "$CLIENT_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests
 
+# ---- The operator's toolbox (deploy/) -------------------------------------------------------
+# promtool check and test of the alert rules (deploy/prometheus), the Grafana dashboard's every
+# query and the rules against this cairn under load and a real Prometheus scraping it every
+# second (deploy/test/dashboard_test.py; $PYTHON adds gRPC load), and systemd-analyze verify and
+# security of the unit (deploy/systemd). Needs Debian's prometheus (promtool, prometheus) and
+# systemd-analyze: each missing tool skips its part with a note, except under CI (CI set), where
+# .ci/run installs them and their absence fails. About 15 s.
+PYTHON="$PYTHON" deploy/test/run.sh "$CAIRN"
+
 # ---- ARCUS's own Java client (tests/arcus-java) --------------------------------------------
 # arcus-java-client 1.12.1 from Maven Central (cached in ~/.m2 after the first run) against
 # cairn nodes it finds through Debian's ZooKeeper: a plain service, and a replication group
