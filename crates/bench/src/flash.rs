@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use crate::keys::Pattern;
 use crate::load::{self, LoadConfig, LoadResult, Protocol};
-use crate::suite::{free_port, median, memcache_stats, rss_bytes, wait_ready, SuiteArgs};
+use crate::procstat::rss_bytes;
+use crate::suite::{free_port, median, memcache_stats, wait_ready, SuiteArgs};
 
 /// A server started for one part of the run, killed on drop.
 struct Proc {
@@ -279,9 +280,9 @@ fn read_phases(args: &SuiteArgs, p: &Proc, cairn: bool) -> Result<Figures, Strin
 fn get_phases(args: &SuiteArgs, p: &Proc, cairn: bool, f: &mut Figures) -> Result<(), String> {
     // F2: uniform random gets over the whole set.
     let s2 = p.stats()?;
-    let cpu0 = load::proc_cpu_secs(&p.pid()).unwrap_or(0.0);
+    let cpu0 = crate::procstat::proc_cpu_secs(&p.pid()).unwrap_or(0.0);
     let g = load::run(&load_cfg(args, p.port, (0, 1), Pattern::Random))?;
-    let cpu1 = load::proc_cpu_secs(&p.pid()).unwrap_or(0.0);
+    let cpu1 = crate::procstat::proc_cpu_secs(&p.pid()).unwrap_or(0.0);
     let s3 = p.stats()?;
     f.get_ops_per_sec = g.ops_per_sec();
     f.f2_server_cpu_us_per_get = ratio((cpu1 - cpu0) * 1e6, g.gets as f64);

@@ -27,7 +27,8 @@ use hdrhistogram::Histogram;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::keys::Rng;
-use crate::load::{histogram, proc_cpu_secs, self_cpu_secs, value_for};
+use crate::load::{histogram, value_for};
+use crate::procstat::{proc_cpu_secs, self_cpu_secs};
 
 /// `cairn-bench grpc ...`
 #[derive(Debug, Parser, Clone)]

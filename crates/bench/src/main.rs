@@ -14,6 +14,7 @@ mod flash;
 mod grpc;
 mod keys;
 mod load;
+mod procstat;
 mod report;
 mod suite;
 

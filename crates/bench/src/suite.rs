@@ -23,6 +23,7 @@ use clap::Parser;
 
 use crate::keys::Pattern;
 use crate::load::{self, LoadConfig, Protocol};
+use crate::procstat::rss_bytes;
 use crate::report::{self, CheckpointDip};
 
 #[derive(Clone, Debug, Parser)]
@@ -433,11 +434,6 @@ fn wait_ready_external(host: &str, port: u16, _p: Protocol) -> Result<(), String
         .map_err(|e| format!("{host}:{port}: {e}"))
 }
 
-pub(crate) fn rss_bytes(pid: &str) -> u64 {
-    use procfs::WithCurrentSystemInfo;
-    load::proc_stat(pid).map_or(0, |s| s.rss_bytes().get())
-}
-
 /// One measured phase of one target.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
@@ -606,7 +602,10 @@ fn measure(
         let log_before = logged
             .then(|| log_counters(&server.host, server.port))
             .transpose()?;
-        let cpu_before = pid.as_deref().and_then(load::proc_cpu_secs).unwrap_or(0.0);
+        let cpu_before = pid
+            .as_deref()
+            .and_then(crate::procstat::proc_cpu_secs)
+            .unwrap_or(0.0);
         let t0 = Instant::now();
         let ckpt = (checkpoint
             && args.checkpoint_mid_phase
@@ -621,7 +620,11 @@ fn measure(
         });
         let r = load::run(&cfg)?;
         let checkpoint_window = ckpt.and_then(|h| h.join().ok().flatten());
-        let cpu = pid.as_deref().and_then(load::proc_cpu_secs).unwrap_or(0.0) - cpu_before;
+        let cpu = pid
+            .as_deref()
+            .and_then(crate::procstat::proc_cpu_secs)
+            .unwrap_or(0.0)
+            - cpu_before;
         if insert {
             rss_after_insert = pid.as_deref().map_or(0, rss_bytes);
         }
