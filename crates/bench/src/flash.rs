@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use crate::keys::Pattern;
 use crate::load::{self, LoadConfig, LoadResult, Protocol};
 use crate::procstat::rss_bytes;
-use crate::suite::{free_port, median, memcache_stats, wait_ready, SuiteArgs};
+use crate::report::median;
+use crate::servers::{free_port, memcache_stats, wait_ready};
+use crate::suite::SuiteArgs;
 
 /// A server started for one part of the run, killed on drop.
 struct Proc {

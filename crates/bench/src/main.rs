@@ -16,6 +16,8 @@ mod keys;
 mod load;
 mod procstat;
 mod report;
+mod rows;
+mod servers;
 mod suite;
 
 use std::process::ExitCode;
@@ -258,7 +260,15 @@ fn main() -> ExitCode {
         let suite_args = suite::SuiteArgs::parse_from(
             std::iter::once("cairn-bench suite".to_string()).chain(args.into_iter().skip(2)),
         );
-        return match suite::run(&suite_args) {
+        let run = match suite_args.scenario.as_str() {
+            "flash" => flash::run,
+            "arcus" => suite::arcus::run,
+            other => {
+                eprintln!("cairn-bench suite: unknown scenario set {other:?} (try arcus or flash)");
+                return ExitCode::from(1);
+            }
+        };
+        return match run(&suite_args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("cairn-bench suite: {e}");
