@@ -10,7 +10,6 @@
 //! ```
 
 mod chart;
-mod flash;
 mod grpc;
 mod keys;
 mod load;
@@ -261,7 +260,7 @@ fn main() -> ExitCode {
             std::iter::once("cairn-bench suite".to_string()).chain(args.into_iter().skip(2)),
         );
         let run = match suite_args.scenario.as_str() {
-            "flash" => flash::run,
+            "flash" => suite::flash::run,
             "arcus" => suite::arcus::run,
             other => {
                 eprintln!("cairn-bench suite: unknown scenario set {other:?} (try arcus or flash)");

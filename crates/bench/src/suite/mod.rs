@@ -4,10 +4,11 @@
 //! ```text
 //!   args.rs   SuiteArgs: the flags of every scenario set
 //!   arcus/    the ARCUS seed's scenarios: cairn's modes beside memcached and Redis
-//!   flash.rs  the fatcache seed's F1-F6: cairn's flash tier beside memcached's extstore and fio
+//!   flash/    the fatcache seed's F1-F6: cairn's flash tier beside memcached's extstore and fio
 //! ```
 
 pub mod arcus;
 mod args;
+pub mod flash;
 
 pub use args::SuiteArgs;
