@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-// No doc line on the struct: clap would print it as the subcommand's about text.
+// No doc line on the struct: clap would print it as the subcommand's about text. The same for
+// the fields: their `///` lines are the --help text, and a `//` line is for readers only.
 #[derive(Clone, Debug, Parser)]
 pub struct SuiteArgs {
     /// The scenario set: `arcus`, or `flash` (the fatcache seed's F1-F6, see flash.rs).
@@ -19,10 +20,12 @@ pub struct SuiteArgs {
     /// Seconds per timed phase.
     #[arg(long, default_value_t = 15)]
     pub phase_secs: u64,
+    // Load generator threads, and connections per thread (memtier's --threads, --clients).
     #[arg(long, default_value_t = 2)]
     pub threads: u64,
     #[arg(long, default_value_t = 25)]
     pub clients: u64,
+    // Value size in bytes.
     #[arg(long, default_value_t = 50)]
     pub data_size: usize,
     /// The cairn binary to start.
@@ -60,6 +63,7 @@ pub struct SuiteArgs {
     /// data directory and report how long recovery took.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub recovery: bool,
+    // No progress lines.
     #[arg(long)]
     pub quiet: bool,
     /// `flash`: the RAM limit (-m, MiB) of cairn with flash and of memcached with extstore.
