@@ -3,7 +3,7 @@
 //! on the same directory with what its recovery did.
 //!
 //! ```text
-//!   start ─> Running ─> (phases) ─> kill_and_recover ─> Running (the restarted server) ─> drop: stop
+//!   start ─> Running ─> (phases) ─> kill_and_recover ─> Running (restarted) ─> drop: stop
 //! ```
 //!
 //! Non-goals: servers this suite does not start (`--target`): only checked to be reachable.

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   cairn / cairn_env ─> Proc (ready: its `cairn listening on` line) ─> phases ─> drop: kill
-//!   extstore ─> memcached ─> Proc (ready: answers `version`) ─> measure ─> drop: kill, file removed
+//!   extstore ─> memcached ─> Proc (answers `version`) ─> measure ─> drop: kill, file removed
 //! ```
 //!
 //! Non-goals: Redis (no flash tier to compare).
