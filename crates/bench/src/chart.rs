@@ -6,7 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::suite::Row;
+use crate::rows::Row;
 
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),

@@ -1,12 +1,14 @@
-//! The load generator: `threads` OS threads, each a single-threaded tokio runtime driving
-//! `clients` connections; each connection keeps `pipeline` requests in flight (closed loop,
-//! memtier's default) or sends at fixed intended times (`--rate`, open loop: latency counts from
-//! the intended send time, so a stalled server is not hidden by coordinated omission).
+//! The load generator's engine: `threads` OS threads, each a single-threaded tokio runtime
+//! driving `clients` connections; each connection keeps `pipeline` requests in flight (closed
+//! loop, memtier's default) or sends at fixed intended times (`--rate`, open loop: latency
+//! counts from the intended send time, so a stalled server is not hidden by coordinated
+//! omission). A progress line once a second unless quiet.
 //!
 //! ```text
-//!   thread ─┬─ client 0: [send pipeline] ─> [read replies, record latency] ─> ...
-//!           └─ client 1: ...
-//!   per thread: HDR histograms (set, get, all) + a per-second timeline; merged at the end
+//!   run ─┬─ thread 0 ─┬─ client 0: [send pipeline] ─> [read replies, record latency] ─> ...
+//!        │            └─ client 1: ...
+//!        └─ thread 1 ...
+//!   per thread: ThreadStats (counters, HDR histograms, per-second timeline) ─merge─> LoadResult
 //! ```
 //!
 //! Non-goals: clustering, TLS, authentication.
@@ -19,140 +21,13 @@ use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::keys::{KeyGen, Mix, Pattern, Rng};
+use super::config::LoadConfig;
+use super::result::{histogram, LoadResult, Second};
+use super::wire::{encode_get, encode_set, parse_reply, value_for, Reply};
+use crate::keys::{KeyGen, Mix, Rng};
+use crate::procstat::self_cpu_secs;
 
-/// Which wire protocol to speak.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    MemcacheText,
-    Redis,
-}
-
-impl Protocol {
-    pub fn parse(s: &str) -> Result<Protocol, String> {
-        match s {
-            "memcache_text" => Ok(Protocol::MemcacheText),
-            "redis" => Ok(Protocol::Redis),
-            _ => Err(format!("protocol {s:?}: use memcache_text or redis")),
-        }
-    }
-}
-
-/// Everything one run needs.
-#[derive(Clone, Debug)]
-pub struct LoadConfig {
-    pub server: String,
-    pub port: u16,
-    pub protocol: Protocol,
-    pub threads: u64,
-    pub clients: u64,
-    pub data_size_min: usize,
-    pub data_size_max: usize,
-    pub key_prefix: String,
-    pub set_pattern: Pattern,
-    pub get_pattern: Pattern,
-    pub key_min: u64,
-    pub key_max: u64,
-    pub ratio: (u32, u32),
-    /// Requests per client (memtier's meaning), or run for `test_time`.
-    pub requests: Option<u64>,
-    pub test_time: Option<Duration>,
-    pub pipeline: usize,
-    pub seed: u64,
-    pub distinct_client_seed: bool,
-    /// Open loop: total requests per second over all clients.
-    pub rate: Option<u64>,
-    pub verify: bool,
-    pub quiet: bool,
-}
-
-/// Latency histogram in microseconds, 1 us .. 100 s, 3 significant digits.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
-}
-
-/// One second of the run.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct Second {
-    pub ops: u64,
-    pub latency_us_sum: u64,
-    pub latency_us_max: u64,
-}
-
-/// The highest share of error replies a run may have and still count (0.1%): past it, the
-/// figures measure the errors, not the server.
-pub const MAX_ERROR_RATE: f64 = 0.001;
-
-/// What a run measured. `sets` and `gets` count successful replies only; an error reply
-/// (`ERROR`, `CLIENT_ERROR`, `SERVER_ERROR`, Redis `-ERR`) counts in `set_errors` /
-/// `get_errors` instead, and in no latency histogram.
-pub struct LoadResult {
-    pub secs: f64,
-    pub sets: u64,
-    pub gets: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub set_errors: u64,
-    pub get_errors: u64,
-    pub verify_failures: u64,
-    pub set_latency: Histogram<u64>,
-    pub get_latency: Histogram<u64>,
-    pub all_latency: Histogram<u64>,
-    pub timeline: Vec<Second>,
-    /// CPU seconds the load generator itself used (user + system).
-    pub cpu_secs: f64,
-}
-
-impl LoadResult {
-    /// Successful operations.
-    pub fn ops(&self) -> u64 {
-        self.sets + self.gets
-    }
-
-    /// Error replies.
-    pub fn errors(&self) -> u64 {
-        self.set_errors + self.get_errors
-    }
-
-    /// Error replies over all replies (0 when there were none).
-    pub fn error_rate(&self) -> f64 {
-        error_rate(self.errors(), self.ops())
-    }
-
-    /// Refuses a run whose error rate passes [`MAX_ERROR_RATE`].
-    pub fn check_errors(&self) -> Result<(), String> {
-        check_error_rate(self.errors(), self.ops())
-    }
-
-    pub fn ops_per_sec(&self) -> f64 {
-        self.ops() as f64 / self.secs
-    }
-}
-
-/// `errors` over all replies, `errors + ops` (0 when there were none).
-pub fn error_rate(errors: u64, ops: u64) -> f64 {
-    let replies = errors + ops;
-    if replies == 0 {
-        0.0
-    } else {
-        errors as f64 / replies as f64
-    }
-}
-
-/// Err naming the rate when it passes [`MAX_ERROR_RATE`].
-pub fn check_error_rate(errors: u64, ops: u64) -> Result<(), String> {
-    let rate = error_rate(errors, ops);
-    if rate > MAX_ERROR_RATE {
-        return Err(format!(
-            "{errors} error replies out of {} ({:.3}%, above the {:.1}% allowed): the figures are not valid",
-            errors + ops,
-            rate * 100.0,
-            MAX_ERROR_RATE * 100.0
-        ));
-    }
-    Ok(())
-}
-
+/// One thread's successful replies, error replies and verify failures.
 #[derive(Default)]
 struct Counters {
     sets: u64,
@@ -164,11 +39,16 @@ struct Counters {
     verify_failures: u64,
 }
 
+/// What one thread measured, merged into the [`LoadResult`] at the end.
 struct ThreadStats {
+    /// Its counts.
     c: Counters,
+    /// Latency of its successful sets and gets, in microseconds.
     set: Histogram<u64>,
     get: Histogram<u64>,
+    /// Its replies in each second from `started`.
     timeline: Vec<Second>,
+    /// When the run started (the timeline's second 0).
     started: Instant,
 }
 
@@ -188,128 +68,6 @@ impl ThreadStats {
         s.ops += 1;
         s.latency_us_sum += us;
         s.latency_us_max = s.latency_us_max.max(us);
-    }
-}
-
-/// CPU seconds (user + system) this process used so far.
-pub fn self_cpu_secs() -> f64 {
-    proc_cpu_secs("self").unwrap_or(0.0)
-}
-
-/// /proc's figures of a process (`self` or a PID), read by procfs.
-pub fn proc_stat(pid: &str) -> Option<procfs::process::Stat> {
-    let process = match pid {
-        "self" => procfs::process::Process::myself(),
-        pid => procfs::process::Process::new(pid.parse().ok()?),
-    };
-    process.and_then(|p| p.stat()).ok()
-}
-
-/// CPU seconds (user + system) of a process.
-pub fn proc_cpu_secs(pid: &str) -> Option<f64> {
-    let stat = proc_stat(pid)?;
-    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
-}
-
-/// The value a key gets, so `--verify` can check what comes back.
-pub fn value_for(key: u64, len: usize) -> Vec<u8> {
-    let unit = format!("{key:x}-");
-    unit.bytes().cycle().take(len).collect()
-}
-
-fn encode_set(out: &mut Vec<u8>, proto: Protocol, key: &[u8], value: &[u8]) {
-    use std::io::Write;
-    match proto {
-        Protocol::MemcacheText => {
-            out.extend_from_slice(b"set ");
-            out.extend_from_slice(key);
-            let _ = write!(out, " 0 0 {}\r\n", value.len());
-        }
-        Protocol::Redis => {
-            let _ = write!(out, "*3\r\n$3\r\nSET\r\n${}\r\n", key.len());
-            out.extend_from_slice(key);
-            let _ = write!(out, "\r\n${}\r\n", value.len());
-        }
-    }
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-fn encode_get(out: &mut Vec<u8>, proto: Protocol, key: &[u8]) {
-    use std::io::Write;
-    match proto {
-        Protocol::MemcacheText => {
-            out.extend_from_slice(b"get ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"\r\n");
-        }
-        Protocol::Redis => {
-            let _ = write!(out, "*2\r\n$3\r\nGET\r\n${}\r\n", key.len());
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-}
-
-/// A parsed reply.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reply {
-    Stored,
-    Hit(std::ops::Range<usize>),
-    Miss,
-    Error,
-}
-
-fn line_end(b: &[u8]) -> Option<usize> {
-    b.windows(2).position(|w| w == b"\r\n")
-}
-
-/// Parses one reply at the front of `b`: Some((reply, bytes used)) or None if incomplete.
-pub fn parse_reply(b: &[u8], proto: Protocol, is_set: bool) -> Option<(Reply, usize)> {
-    let end = line_end(b)?;
-    let line = &b[..end];
-    let after = end + 2;
-    match proto {
-        Protocol::MemcacheText => {
-            if is_set {
-                let r = if line == b"STORED" {
-                    Reply::Stored
-                } else {
-                    Reply::Error
-                };
-                return Some((r, after));
-            }
-            if line == b"END" {
-                return Some((Reply::Miss, after));
-            }
-            if !line.starts_with(b"VALUE ") {
-                return Some((Reply::Error, after));
-            }
-            let len: usize = std::str::from_utf8(line)
-                .ok()?
-                .split(' ')
-                .nth(3)?
-                .parse()
-                .ok()?;
-            let total = after + len + 2 + 5;
-            if b.len() < total {
-                return None;
-            }
-            if &b[after + len..total] != b"\r\nEND\r\n" {
-                return Some((Reply::Error, total));
-            }
-            Some((Reply::Hit(after..after + len), total))
-        }
-        Protocol::Redis => match line.first() {
-            Some(b'+') => Some((Reply::Stored, after)),
-            Some(b'$') if line == b"$-1" => Some((Reply::Miss, after)),
-            Some(b'$') => {
-                let len: usize = std::str::from_utf8(&line[1..]).ok()?.parse().ok()?;
-                let total = after + len + 2;
-                (b.len() >= total).then_some((Reply::Hit(after..after + len), total))
-            }
-            _ => Some((Reply::Error, after)),
-        },
     }
 }
 
@@ -588,54 +346,3 @@ async fn client(
 
 /// Requests completed so far, for the progress line.
 pub static PROGRESS_TOTAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_parse_exactly() {
-        let p = Protocol::MemcacheText;
-        assert_eq!(
-            parse_reply(b"STORED\r\nEND", p, true),
-            Some((Reply::Stored, 8))
-        );
-        assert_eq!(parse_reply(b"END\r\n", p, false), Some((Reply::Miss, 5)));
-        assert_eq!(parse_reply(b"VALUE k 0 3\r\nabc\r\nEN", p, false), None);
-        assert_eq!(
-            parse_reply(b"VALUE k 0 3\r\nabc\r\nEND\r\n", p, false),
-            Some((Reply::Hit(13..16), 23))
-        );
-        assert_eq!(
-            parse_reply(b"SERVER_ERROR x\r\n", p, true),
-            Some((Reply::Error, 16))
-        );
-        let r = Protocol::Redis;
-        assert_eq!(parse_reply(b"+OK\r\n", r, true), Some((Reply::Stored, 5)));
-        assert_eq!(parse_reply(b"$-1\r\n", r, false), Some((Reply::Miss, 5)));
-        assert_eq!(
-            parse_reply(b"$3\r\nabc\r\n", r, false),
-            Some((Reply::Hit(4..7), 9))
-        );
-        assert_eq!(parse_reply(b"$3\r\nab", r, false), None);
-    }
-
-    #[test]
-    fn values_are_checkable() {
-        assert_eq!(value_for(255, 7), b"ff-ff-f");
-        let mut out = Vec::new();
-        encode_set(&mut out, Protocol::Redis, b"k", b"vv");
-        assert_eq!(out, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n");
-    }
-
-    #[test]
-    fn percentiles_from_the_histogram() {
-        let mut h = histogram();
-        for us in 1..=1000u64 {
-            h.record(us).unwrap();
-        }
-        assert_eq!(h.value_at_quantile(0.5), 500);
-        assert!((990..=991).contains(&h.value_at_quantile(0.99)));
-        assert_eq!(h.max(), 1000);
-    }
-}
