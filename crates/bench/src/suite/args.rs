@@ -72,8 +72,8 @@ pub struct SuiteArgs {
     /// `flash`: where the flash files go (default: the output folder); not tmpfs.
     #[arg(long)]
     pub flash_dir: Option<PathBuf>,
-    /// `flash`: `all` (F1-F6 side by side), `reads` (F2 and F3 alone, cairn's ring per
-    /// worker beside its shared ring thread: flash-reads-results.{md,json}), or `f5` (the
+    /// `flash`: `all` (F1-F6 side by side), `reads` (F2 and F3 alone, cairn beside
+    /// extstore and fio: flash-reads-results.{md,json}), or `f5` (the
     /// kill -9 check alone, for work on recovery: its table and JSON go to
     /// flash-f5-results.{md,json}), or `reads-ab` (F2 and F3 of `--cairn-bin` against each
     /// `--cairn-alt` build, `--repeat` alternating rounds with fio in each, medians:

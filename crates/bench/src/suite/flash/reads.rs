@@ -1,11 +1,11 @@
-//! F2 and F3 alone, for work on the flash read path: `--flash-phases reads` (cairn with a
-//! ring per worker beside its shared ring thread, memcached extstore and fio, side by side)
+//! F2 and F3 alone, for work on the flash read path: `--flash-phases reads` (cairn,
+//! memcached extstore and fio, side by side)
 //! and `--flash-phases reads-ab` (`--cairn-bin` against each `--cairn-alt` build, rounds
 //! alternating, fio in each, medians).
 //!
 //! ```text
-//!   reads:    cairn RAM-only (QD1 p50) ─> cairn flash, ring per worker ─> cairn flash, shared
-//!             ring ─> memcached extstore ─> fio QD n and 1 ─> flash-reads-results.{md,json}
+//!   reads:    cairn RAM-only (QD1 p50) ─> cairn flash ─> memcached extstore
+//!             ─> fio QD n and 1 ─> flash-reads-results.{md,json}
 //!   reads-ab: every build started and filled ─> rounds: each build's F2, F3, then fio
 //!             ─> flash-reads-ab-results.{md,json}
 //! ```
@@ -17,15 +17,14 @@ use std::path::Path;
 
 use super::fio::fio_qd_and_qd1;
 use super::phases::{get_phases, insert, ram_qd1_p50, ratio, read_phases, Figures};
-use super::servers::{cairn, cairn_env, cairn_flash_shared_ring_env, extstore, flash_server_args};
+use super::servers::{cairn, cairn_env, extstore, flash_server_args};
 use crate::report::median;
 use crate::servers::free_port;
 use crate::suite::SuiteArgs;
 
 /// `--flash-phases reads`: F2 and F3 alone, side by side in one run: cairn RAM-only (the
-/// one-client p50 without flash), cairn with flash reading through each worker's own ring,
-/// cairn with flash reading through the one shared ring thread (`CAIRN_FLASH_SHARED_RING=1`),
-/// memcached extstore, and fio on cairn's flash file at the load's queue depth and at 1.
+/// one-client p50 without flash), cairn with flash, memcached extstore, and fio on cairn's
+/// flash file at the load's queue depth and at 1.
 pub(super) fn reads(
     args: &SuiteArgs,
     dir: &Path,
@@ -65,10 +64,8 @@ pub(super) fn reads(
             .unwrap_or(0.0);
         Ok(f)
     };
-    say("cairn flash, a ring per worker: insert, uniform gets, one client's gets");
+    say("cairn flash: insert, uniform gets, one client's gets");
     let own = run_cairn(&[])?;
-    say("cairn flash, the shared ring thread: the same");
-    let shared = run_cairn(&[(cairn_flash_shared_ring_env(), "1")])?;
     say("memcached extstore: the same");
     let mc = extstore(args, cairn_dir.path(), flash_mb, |p| {
         read_phases(args, p, false)
@@ -81,11 +78,7 @@ pub(super) fn reads(
     );
     md.push_str("| server | F2 gets/s | from flash | hit ratio | x fio QD | x extstore | reads/flash hit | device reads/miss | F3 p50 us | p99 us | p50 - fio QD1 p50 |\n");
     md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (name, f) in [
-        ("cairn, ring per worker", &own),
-        ("cairn, shared ring thread", &shared),
-        ("memcached extstore", &mc),
-    ] {
+    for (name, f) in [("cairn", &own), ("memcached extstore", &mc)] {
         let _ = writeln!(
             md,
             "| {name} | {:.0} | {:.0}% | {:.2} | {:.2}x | {:.2}x | {:.3} | {:.4} | {:.0} | {:.0} | {:+.0} |",
@@ -111,7 +104,7 @@ pub(super) fn reads(
         "keys": args.keys, "data_size": args.data_size, "ram_mb": args.ram_mb,
         "flash_mb": flash_mb, "threads": args.threads, "clients": args.clients,
         "phase_secs": args.phase_secs, "cairn_ram_only_qd1_p50_us": ram_p50,
-        "cairn_ring_per_worker": own, "cairn_shared_ring": shared, "memcached_extstore": mc,
+        "cairn": own, "memcached_extstore": mc,
         "fio": {"qd": qd, "iops": fio_iops, "qd1_p50_us": fio_qd1_p50},
     });
     std::fs::write(

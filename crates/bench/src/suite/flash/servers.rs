@@ -128,11 +128,6 @@ fn memcached(ram_mb: u64, file: &Path, size_mb: u64) -> Result<Proc, String> {
     Ok(p)
 }
 
-/// The server's switch back to the shared ring thread (cairn_flash::reader::SHARED_RING_ENV).
-pub(super) fn cairn_flash_shared_ring_env() -> &'static str {
-    "CAIRN_FLASH_SHARED_RING"
-}
-
 /// memcached with extstore on a file in `dir` (removed afterwards), measured by `measure`.
 pub(super) fn extstore<T>(
     args: &SuiteArgs,
