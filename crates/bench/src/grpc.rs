@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
-use cairn_grpc::pb::kv_client::KvClient;
-use cairn_grpc::pb::{GetRequest, SetRequest};
+use cairn_api::pb::kv_client::KvClient;
+use cairn_api::pb::{GetRequest, SetRequest};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use tonic::transport::{Channel, Endpoint};

@@ -42,13 +42,9 @@ pub use hub::Hub;
 pub use replication::ReplicaAcks;
 pub use stats::GrpcStats;
 
-/// The generated messages and services of `cairn.v1`.
-pub mod pb {
-    tonic::include_proto!("cairn.v1");
-    /// The encoded descriptors of the .proto files, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/cairn_descriptor.bin"));
-}
+/// The generated messages and services of `cairn.v1` (crates/api), re-exported for
+/// compatibility: users of the generated types depend on cairn-api itself.
+pub use cairn_api::pb;
 
 /// Settings of the gRPC listener.
 #[derive(Clone, Debug)]
