@@ -18,6 +18,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use cairn_flash::Promotion;
 use cairn_store::{Item, ItemMeta, ReadOutcome, StoreError};
+use cairn_watch::key_value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
@@ -83,18 +84,6 @@ fn check_keys(b: &Backend, keys: &[Bytes]) -> Result<(), Status> {
         )));
     }
     keys.iter().try_for_each(|k| check_key(k))
-}
-
-pub(crate) fn key_value(key: Bytes, value: Bytes, meta: &ItemMeta) -> pb::KeyValue {
-    pb::KeyValue {
-        key,
-        value,
-        flags: meta.flags,
-        expires_at: meta.exptime,
-        cas: meta.cas,
-        mod_revision: meta.mod_revision,
-        stale: meta.stale,
-    }
 }
 
 fn item_kv(key: &Bytes, item: Item) -> pb::KeyValue {

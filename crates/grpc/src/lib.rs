@@ -20,12 +20,10 @@
 //! The server crate builds a [`Backend`] (its store, persistence and hub) and calls [`prepare`]
 //! then [`Prepared::serve`]. This crate never sees the memcached protocol.
 
-pub mod hub;
 mod kv;
 pub mod replication;
 pub mod stats;
 mod watch;
-mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -38,7 +36,8 @@ use cairn_store::Store;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 
-pub use hub::Hub;
+/// The watch hub (crates/watch), re-exported for compatibility.
+pub use cairn_watch::Hub;
 pub use replication::ReplicaAcks;
 pub use stats::GrpcStats;
 
