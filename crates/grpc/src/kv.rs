@@ -24,9 +24,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::pb::{self, compare::Target, kv_server::Kv};
+use cairn_api::pb::{self, compare::Target, kv_server::Kv};
+
+use crate::backend::Backend;
+use crate::clock::now_unix;
 use crate::stats::Method;
-use crate::{now_unix, Backend};
+use crate::status::request_error;
 
 /// Scan page size when the request gives none, and the most it may ask for.
 const SCAN_DEFAULT_LIMIT: usize = 100;
@@ -362,7 +365,7 @@ impl Kv for KvService {
                     Ok(Some(m)) => m,
                     Ok(None) => return,
                     Err(status) => {
-                        let _ = tx.send(Err(crate::request_error(status))).await;
+                        let _ = tx.send(Err(request_error(status))).await;
                         return;
                     }
                 };

@@ -26,8 +26,10 @@ use cairn_watch::{
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::{request_error, Backend};
+use crate::backend::Backend;
+use crate::status::request_error;
 
+/// The Watch service's state: the watch streams' shared part.
 pub struct WatchService {
     /// Every watch stream's shared part, and where streams learn of new revisions.
     streams: Streams,
