@@ -24,7 +24,7 @@ delivered (from the first write to the last event) and its RSS growth with one s
 never reads.
 
     cargo build --release -p cairn-server -p cairn-bench
-    cargo build --release -p cairn-grpc --example watch_bench
+    cargo build --release -p cairn-api --example watch_bench
     python3 scripts/grpc_ab.py --rounds 2 --secs 3 A=... B=...
     python3 scripts/grpc_ab.py --fanout 1000 --rate 1000 --secs 5 A=... B=...
     # W5 with one watch a stream: --layout "--streams 1000 --connections 10"

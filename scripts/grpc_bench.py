@@ -13,7 +13,7 @@ W2  an offered-rate sweep of unary Get, 10K-60K requests/s (cairn-bench grpc --r
 W3  streaming reads (StreamGet, 1,000 messages a stream, 1 or 10 keys a message) against
     unary Get, in keys read per second (ghz);
 W4  100K (and 1M) records of 60 B written, then a watch with initial_state until
-    initial_state_done (crates/grpc/examples/watch_bench.rs, median of 5 rounds);
+    initial_state_done (crates/api/examples/watch_bench.rs, median of 5 rounds);
 W5  1,000 watchers on one prefix, 1K writes/s, delivery latency, the server's CPU per event
     and its RSS with one watcher that never reads (watch_bench fanout), with the watches 100
     to a stream on 10 streams (as etcd's clients multiplex them) and one to a stream.
@@ -21,7 +21,7 @@ W5  1,000 watchers on one prefix, 1K writes/s, delivery latency, the server's CP
 Every server is cairn from --cairn-bin with --persistence off (W5 also with sync), on free
 loopback ports. ghz: `go install github.com/bojand/ghz/cmd/ghz@v0.121.0`. Run it after
 `cargo build --release -p cairn-server -p cairn-bench` and
-`cargo build --release -p cairn-grpc --example watch_bench`:
+`cargo build --release -p cairn-api --example watch_bench`:
 
     python3 scripts/grpc_bench.py --secs 10
 """

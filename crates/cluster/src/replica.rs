@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use cairn_grpc::pb;
+use cairn_api::pb;
 use cairn_persist::Persistence;
 use cairn_store::Store;
 use tokio::sync::{mpsc, watch};

@@ -18,14 +18,18 @@ use std::time::Instant;
 use bytes::Bytes;
 use cairn_flash::Promotion;
 use cairn_store::{Item, ItemMeta, ReadOutcome, StoreError};
+use cairn_watch::key_value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::pb::{self, compare::Target, kv_server::Kv};
+use cairn_api::pb::{self, compare::Target, kv_server::Kv};
+
+use crate::backend::Backend;
+use crate::clock::now_unix;
 use crate::stats::Method;
-use crate::{now_unix, Backend};
+use crate::status::request_error;
 
 /// Scan page size when the request gives none, and the most it may ask for.
 const SCAN_DEFAULT_LIMIT: usize = 100;
@@ -83,18 +87,6 @@ fn check_keys(b: &Backend, keys: &[Bytes]) -> Result<(), Status> {
         )));
     }
     keys.iter().try_for_each(|k| check_key(k))
-}
-
-pub(crate) fn key_value(key: Bytes, value: Bytes, meta: &ItemMeta) -> pb::KeyValue {
-    pb::KeyValue {
-        key,
-        value,
-        flags: meta.flags,
-        expires_at: meta.exptime,
-        cas: meta.cas,
-        mod_revision: meta.mod_revision,
-        stale: meta.stale,
-    }
 }
 
 fn item_kv(key: &Bytes, item: Item) -> pb::KeyValue {
@@ -373,7 +365,7 @@ impl Kv for KvService {
                     Ok(Some(m)) => m,
                     Ok(None) => return,
                     Err(status) => {
-                        let _ = tx.send(Err(crate::request_error(status))).await;
+                        let _ = tx.send(Err(request_error(status))).await;
                         return;
                     }
                 };

@@ -15,29 +15,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_api::pb;
+use cairn_watch::Hub;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::pb;
-use crate::Backend;
-
-/// The primary's side of replication (crates/cluster implements it).
-pub trait ReplicaAcks: Send + Sync {
-    /// Why this node does not take replicas now (it is a replica itself), if it does not.
-    fn refusal(&self) -> Option<String>;
-    /// This primary's term (0 outside a replication group).
-    fn term(&self) -> u64;
-    /// Where a replica whose data stands at `position` (a log id and a revision of that log)
-    /// may resume in this primary's log, whose id and newest published revision are `own`;
-    /// None: it takes a full copy.
-    fn resume_from(&self, position: (u64, u64), own: (u64, u64)) -> Option<u64>;
-    /// `replica`, following `term`, holds every event up to `durable_revision` durable.
-    fn acked(&self, replica: &str, durable_revision: u64, term: u64);
-    /// `replica`'s stream ended.
-    fn gone(&self, replica: &str);
-}
+use crate::backend::Backend;
+/// Re-exported where it was declared before (`cairn_grpc::replication::ReplicaAcks`).
+pub use crate::replica_acks::ReplicaAcks;
 
 pub(crate) struct ReplicationService {
+    /// The primary's hub and log (its position), and what it does with the reports.
     b: Arc<Backend>,
 }
 
@@ -81,7 +69,7 @@ impl pb::replication_server::Replication for ReplicationService {
             (log_id, hub.published()),
         );
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let info = move |hub: &crate::Hub, resume_from| pb::PrimaryInfo {
+        let info = move |hub: &Hub, resume_from| pb::PrimaryInfo {
             log_id,
             revision: hub.published(),
             term,

@@ -1,16 +1,23 @@
 //! gRPC counters and latencies, for `stats grpc` and the Prometheus endpoint.
 //!
 //! One [`MethodStats`] per RPC (requests, errors, a latency histogram in microseconds) and
-//! the watch figures. [`GrpcStats::figures`] lists every figure with its kind and a one-line
-//! description, so both outputs come from one list.
+//! the watch figures (the watch streams' counters and the hub's, kept by cairn-watch).
+//! [`GrpcStats::figures`] lists every figure with its kind and a one-line description, so
+//! both outputs come from one list.
+//!
+//! ```text
+//!   KV calls ── record(method, started, ok) ──> MethodStats ─┐
+//!   WatchStream (cairn-watch) ──> WatchStats ────────────────┼─> figures() ──> stats grpc,
+//!   Hub::stats() (cairn-watch) ──> HubStats ─────────────────┘                Prometheus
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
+use cairn_watch::{Hub, WatchStats};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
-
-use crate::hub::Hub;
 
 /// The RPCs counted, in output order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,20 +144,8 @@ impl Default for MethodStats {
 #[derive(Default)]
 pub struct GrpcStats {
     methods: [MethodStats; 7],
-    /// Watch streams open now.
-    pub watch_streams: AtomicU64,
-    /// Watches open now (over all streams).
-    pub watches: AtomicU64,
-    /// Events sent to watchers.
-    pub watch_events_sent: AtomicU64,
-    /// Initial-state items sent to watchers.
-    pub watch_initial_items_sent: AtomicU64,
-    /// Watch responses sent (events, initial state, progress, created, canceled).
-    pub watch_responses_sent: AtomicU64,
-    /// Watches canceled because the history no longer held their revision.
-    pub watch_compacted: AtomicU64,
-    /// Events read back from the command log for watchers behind the in-memory history.
-    pub watch_events_from_log: AtomicU64,
+    /// The watch streams' counters, which the streams (cairn-watch) keep.
+    pub watch: Arc<WatchStats>,
 }
 
 impl GrpcStats {
@@ -208,40 +203,41 @@ impl GrpcStats {
             ));
         }
         let load = |c: &AtomicU64| c.load(Relaxed);
+        let w = &*self.watch;
         out.push(Figure::gauge(
             "grpc_watch_streams",
             "Watch streams open.",
-            load(&self.watch_streams),
+            load(&w.watch_streams),
         ));
         out.push(Figure::gauge(
             "grpc_watches",
             "Watches open.",
-            load(&self.watches),
+            load(&w.watches),
         ));
         out.push(Figure::counter(
             "grpc_watch_events_sent",
             "Events sent to watchers.",
-            load(&self.watch_events_sent),
+            load(&w.watch_events_sent),
         ));
         out.push(Figure::counter(
             "grpc_watch_initial_items_sent",
             "Initial-state items sent to watchers.",
-            load(&self.watch_initial_items_sent),
+            load(&w.watch_initial_items_sent),
         ));
         out.push(Figure::counter(
             "grpc_watch_responses_sent",
             "Watch responses sent.",
-            load(&self.watch_responses_sent),
+            load(&w.watch_responses_sent),
         ));
         out.push(Figure::counter(
             "grpc_watch_compacted",
             "Watches canceled because history no longer held their revision.",
-            load(&self.watch_compacted),
+            load(&w.watch_compacted),
         ));
         out.push(Figure::counter(
             "grpc_watch_events_from_log",
             "Events read back from the command log for watchers behind the in-memory history.",
-            load(&self.watch_events_from_log),
+            load(&w.watch_events_from_log),
         ));
         if let Some(hub) = hub {
             let h = hub.stats();

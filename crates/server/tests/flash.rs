@@ -591,7 +591,7 @@ fn bad_flash_settings_refuse_to_start_naming_the_path() {
 /// revision kept), and writes see them (ADD refuses, a compare holds, a delete removes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_reads_and_writes_see_flash_items() {
-    use cairn_grpc::pb::{self, kv_client::KvClient};
+    use cairn_api::pb::{self, kv_client::KvClient};
     let tmp = tempfile::tempdir().unwrap();
     let server = start(tmp.path(), "off");
     let url = format!("http://{}", server.grpc_addr.expect("gRPC is on"));

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_grpc::pb::{self, kv_client::KvClient, watch_client::WatchClient};
+use cairn_api::pb::{self, kv_client::KvClient, watch_client::WatchClient};
 use common::Server;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

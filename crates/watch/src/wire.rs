@@ -59,12 +59,19 @@ fn len_field_len(len: usize, omit_empty: bool) -> usize {
 
 /// A `cairn.v1.KeyValue` to encode.
 pub(crate) struct KeyValueFields<'a> {
+    /// Field 1.
     pub key: &'a [u8],
+    /// Field 2.
     pub value: &'a [u8],
+    /// Field 3.
     pub flags: u32,
+    /// Field 4.
     pub expires_at: u32,
+    /// Field 5.
     pub cas: u64,
+    /// Field 6.
     pub mod_revision: u64,
+    /// Field 7.
     pub stale: bool,
 }
 
@@ -106,7 +113,7 @@ impl KeyValueFields<'_> {
 }
 
 /// A buffer an event is encoded into: a `Vec` of its own, or a chunk shared with other
-/// events (`hub::Wire::encode`).
+/// events (`event_bytes::Wire::encode`).
 pub(crate) trait Out: BufMut {
     /// Bytes written so far.
     fn written(&self) -> usize;
@@ -128,10 +135,13 @@ impl Out for BytesMut {
 pub(crate) struct EventFields<'a> {
     /// `Event.type` (PUT = 0, DELETE = 1, FLUSH = 2).
     pub kind: i32,
+    /// `Event.kv`: the new item (a Put) or the key (a Delete); None for a Flush.
     pub kv: Option<KeyValueFields<'a>>,
+    /// `Event.prev_kv`: the item before, if the event carries one.
     pub prev_kv: Option<KeyValueFields<'a>>,
     /// `Event.reason`.
     pub reason: i32,
+    /// `Event.revision`.
     pub revision: u64,
 }
 
@@ -140,7 +150,9 @@ pub(crate) struct EventFields<'a> {
 /// `[tail_at..]` fields 4-5 (reason, revision). And where the kv's key and value, and
 /// prev_kv's value, start.
 pub(crate) struct EventLayout {
+    /// Where prev_kv starts.
     pub prev_at: usize,
+    /// Where reason and revision start.
     pub tail_at: usize,
     /// Offsets of the kv's key and value (0 without a kv).
     pub key_at: usize,
@@ -200,6 +212,7 @@ impl EventFields<'_> {
 }
 
 /// The parts of one encoded event a response carries: the event without its prev_kv, or whole.
+#[inline]
 pub(crate) fn event_parts(
     wire: &[u8],
     prev_at: usize,

@@ -5,8 +5,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cairn_grpc::Hub;
 use cairn_store::{ItemMeta, Mutation, MutationSink};
+use cairn_watch::Hub;
 
 /// The system allocator, keeping a running total of the bytes it holds as glibc malloc holds
 /// them: each request plus an 8 B header, rounded up to 16 B, at least 32 B.

@@ -21,14 +21,14 @@
 //! reads of each response only the watch id, flags and each event's revision and value
 //! (protobuf's wire format read in place), `full` decodes each response with prost.
 //!
-//! Run it with `cargo run --release -p cairn-grpc --example watch_bench -- ...`; the commands
+//! Run it with `cargo run --release -p cairn-api --example watch_bench -- ...`; the commands
 //! and current figures are in docs/PERFORMANCE.md ("gRPC and watch").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cairn_grpc::pb::{self, kv_client::KvClient, watch_client::WatchClient};
+use cairn_api::pb::{self, kv_client::KvClient, watch_client::WatchClient};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
