@@ -2,12 +2,19 @@
 //! state after power losses, failed checkpoint steps and damaged files.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 
 use cairn_store::StoreConfig;
 use cairn_testkit::{power_cut, FaultyFs, Op};
-use cairn_wal::RealFs;
+use cairn_wal::{FileSystem, RealFs};
 
 use super::*;
+use crate::clock::now_unix;
+use crate::data_folder::list_snapshots;
+use crate::open::CAS_GAP_AFTER_RECOVERY;
+use crate::pins::{pins_file_name, read_pins, write_pins};
+use crate::stats::arcus_time;
 
 fn config(fs: Arc<dyn FileSystem>, root: &Path) -> PersistConfig {
     PersistConfig {
