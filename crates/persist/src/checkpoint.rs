@@ -21,13 +21,14 @@ use crate::error::PersistError;
 use crate::manifest::{write_manifest, Manifest};
 use crate::persistence::Persistence;
 use crate::pins::{pins_file_name, write_pins};
+use crate::stats::CheckpointStatus;
 use crate::{record, snapshot};
 
 impl Persistence {
     /// The ARCUS rule: log >= min size AND log >= snapshot size x pct / 100.
     pub fn checkpoint_due(&self) -> bool {
         let log_bytes = self.log_bytes_since_checkpoint(self.log.stats().bytes_written);
-        let snap = self.stats.lock().snapshot_bytes;
+        let snap = self.checkpoints.lock().snapshot_bytes;
         // Flash eviction waits for a checkpoint that no longer names the old segments.
         let flash_stuck = self
             .config
@@ -55,14 +56,14 @@ impl Persistence {
                 f.checkpoint_abort();
             }
         }
-        let mut st = self.stats.lock();
+        let mut st = self.checkpoints.lock();
         st.last_checkpoint_start_unix = start_unix;
         st.last_checkpoint_duration_ms = started.elapsed().as_millis() as u64;
         match &result {
             Ok((items, bytes)) => {
                 st.checkpoints_done += 1;
                 st.checkpoints_failed_in_a_row = 0;
-                st.last_checkpoint_status = "success".into();
+                st.last_checkpoint_status = CheckpointStatus::Succeeded;
                 st.last_checkpoint_items = *items;
                 st.snapshot_bytes = *bytes;
                 tracing::info!(
@@ -73,7 +74,7 @@ impl Persistence {
             Err(e) => {
                 st.checkpoints_failed += 1;
                 st.checkpoints_failed_in_a_row += 1;
-                st.last_checkpoint_status = format!("failed: {e}");
+                st.last_checkpoint_status = CheckpointStatus::Failed(e.to_string());
                 tracing::error!("checkpoint failed: {e}");
                 remove_temp_files(self.config.fs.as_ref(), &self.config.data_path);
             }
@@ -194,8 +195,8 @@ impl Persistence {
         )?;
         self.log_bytes_at_checkpoint
             .store(bytes_at_start, Ordering::Relaxed);
-        let previous = self.stats.lock().snapshot_lsn;
-        self.stats.lock().snapshot_lsn = l0;
+        let previous = self.checkpoints.lock().snapshot_lsn;
+        self.checkpoints.lock().snapshot_lsn = l0;
         // Keep the previous snapshot (a fallback) and the log back to it; drop what is older.
         {
             let _no_history_reads = self.history.write();

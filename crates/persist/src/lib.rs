@@ -70,7 +70,7 @@ pub use history::HistoryError;
 pub use mode::Mode;
 pub use persistence::Persistence;
 pub use sink::LogObserver;
-pub use stats::PersistStats;
+pub use stats::{CheckpointStats, CheckpointStatus, PersistStats, RecoveryStats};
 
 #[cfg(test)]
 mod tests;

@@ -28,7 +28,7 @@ use crate::mode::Mode;
 use crate::persistence::Persistence;
 use crate::pins::read_pins;
 use crate::sink::LogSink;
-use crate::stats::PersistStats;
+use crate::stats::{CheckpointStats, RecoveryStats};
 use crate::{record, replay, snapshot};
 
 /// How far recovery moves the CAS counter past the largest unique found on disk (2^32: far
@@ -68,9 +68,9 @@ impl Persistence {
             .then(|| cairn_wal::lock_folder(fs, &config.data_path))
             .transpose()?;
         let log = open_log(&config, &store_config)?;
-        let mut stats = PersistStats {
+        let mut stats = RecoveryStats {
             recovery_log_open_ms: started.elapsed().as_millis() as u64,
-            ..PersistStats::default()
+            ..RecoveryStats::default()
         };
         let (store, sink) = build_store(&config, store_config, &log);
         remove_temp_files(fs, &config.data_path);
@@ -106,7 +106,12 @@ impl Persistence {
             log,
             sink,
             store,
-            stats: Mutex::new(stats),
+            checkpoints: Mutex::new(CheckpointStats {
+                snapshot_lsn: stats.snapshot_lsn,
+                snapshot_bytes: stats.snapshot_bytes,
+                ..CheckpointStats::default()
+            }),
+            recovery: stats,
             checkpoint_running: Mutex::new(()),
             history: parking_lot::RwLock::new(()),
             log_bytes_recovered,
@@ -177,7 +182,7 @@ fn load_snapshot(
     config: &PersistConfig,
     store: &Store,
     manifest: Option<Manifest>,
-    stats: &mut PersistStats,
+    stats: &mut RecoveryStats,
 ) -> Result<Base, PersistError> {
     let fs = config.fs.as_ref();
     let named = manifest.map_or(0, |m| m.snapshot_lsn);
@@ -244,7 +249,7 @@ fn load_one_snapshot(
     store: &Store,
     path: &std::path::Path,
     lsn: Lsn,
-    stats: &mut PersistStats,
+    stats: &mut RecoveryStats,
 ) -> Result<Lsn, PersistError> {
     let fs = config.fs.as_ref();
     let flash = config.flash.as_ref();
@@ -393,7 +398,7 @@ fn replay_log(
     log: &Log,
     store: &Store,
     base: Base,
-    stats: &mut PersistStats,
+    stats: &mut RecoveryStats,
 ) -> Result<u64, PersistError> {
     let snapshot = base.loaded;
     let replay::Replayed {

@@ -24,7 +24,7 @@ use crate::error::PersistError;
 use crate::gate::ReplicationGate;
 use crate::mode::Mode;
 use crate::sink::{LogObserver, LogSink};
-use crate::stats::{arcus_time, PersistStats};
+use crate::stats::{CheckpointStats, PersistStats, RecoveryStats};
 
 /// The running persistence layer.
 pub struct Persistence {
@@ -39,8 +39,10 @@ pub struct Persistence {
     pub(crate) store: Arc<Store>,
     /// Sync or Async (switchable at run time).
     pub(crate) mode: AtomicU8,
-    /// Checkpoint and recovery figures (`stats persistence`).
-    pub(crate) stats: Mutex<PersistStats>,
+    /// Checkpoints' figures and the newest snapshot (updated by each checkpoint).
+    pub(crate) checkpoints: Mutex<CheckpointStats>,
+    /// What recovery did at open.
+    pub(crate) recovery: RecoveryStats,
     /// Held while a checkpoint runs.
     pub(crate) checkpoint_running: Mutex<()>,
     /// Readers of old log records ([`Persistence::read_history`]) hold it shared; dropping
@@ -133,163 +135,35 @@ impl Persistence {
             .saturating_sub(self.log_bytes_at_checkpoint.load(Ordering::Relaxed))
     }
 
-    /// Makes everything logged durable and stops the log (graceful shutdown).
-    pub fn close(&self) -> Result<(), PersistError> {
-        self.log.close()?;
-        Ok(())
-    }
-}
-
-impl Persistence {
     /// The command log's own figures, with its latency and batch-size histograms.
     pub fn log_stats(&self) -> cairn_wal::LogStats {
         self.log.stats()
     }
 
-    /// `stats persistence` lines: (name, value). ARCUS's fields come first, with its names and
-    /// formats; cairn's own follow.
-    pub fn stats(&self) -> Vec<(&'static str, String)> {
-        let l = self.log.stats();
-        let s = self.stats.lock().clone();
-        let mode = self.mode();
-        let since_checkpoint = self.log_bytes_since_checkpoint(l.bytes_written);
-        let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
-        vec![
-            ("use_persistence", "on".into()),
-            ("data_path", self.config.data_path.display().to_string()),
-            ("logs_path", self.config.logs_path.display().to_string()),
-            ("async_logging", yes_no(mode == Mode::Async)),
-            (
-                "chkpt_interval_pct_snapshot",
-                self.chkpt_interval_pct_snapshot().to_string(),
-            ),
-            (
-                "chkpt_interval_min_logsize",
-                self.chkpt_interval_min_logsize_mb().to_string(),
-            ),
-            (
-                "recovery_elapsed_time_sec",
-                (s.recovery_ms / 1000).to_string(),
-            ),
-            (
-                "last_chkpt_in_progress",
-                yes_no(self.checkpoint_running.is_locked()),
-            ),
-            (
-                "last_chkpt_failure_count",
-                s.checkpoints_failed_in_a_row.to_string(),
-            ),
-            (
-                "last_chkpt_start_time",
-                arcus_time(s.last_checkpoint_start_unix),
-            ),
-            (
-                "last_chkpt_elapsed_time_sec",
-                (s.last_checkpoint_duration_ms / 1000).to_string(),
-            ),
-            (
-                "last_chkpt_snapshot_filesize_bytes",
-                s.snapshot_bytes.to_string(),
-            ),
-            (
-                "current_command_log_filesize_bytes",
-                since_checkpoint.to_string(),
-            ),
-            ("mode", mode.name().into()),
-            (
-                "loss_window_ms",
-                if mode == Mode::Async {
-                    self.config.async_flush_ms
-                } else {
-                    0
-                }
-                .to_string(),
-            ),
-            (
-                "checkpoint_rate_mb_s",
-                self.config.checkpoint_rate_mb_s.to_string(),
-            ),
-            ("log_segments", l.segments.to_string()),
-            ("log_file_bytes", l.log_bytes.to_string()),
-            ("log_bytes_since_checkpoint", since_checkpoint.to_string()),
-            ("log_appended_lsn", l.appended_lsn.to_string()),
-            ("log_written_lsn", l.written_lsn.to_string()),
-            ("log_durable_lsn", l.durable_lsn.to_string()),
-            ("log_pending_bytes", l.pending_bytes.to_string()),
-            ("log_backpressure_waits", l.backpressure_waits.to_string()),
-            ("log_batch_records_p50", l.batch_records_p50.to_string()),
-            ("log_batch_records_p99", l.batch_records_p99.to_string()),
-            // Each call timed alone: a plain write of a batch, an fdatasync, and (O_DIRECT in
-            // sync mode) a write that is made durable in the same call (pwritev2 RWF_DSYNC).
-            ("log_write_count", l.write.count.to_string()),
-            ("log_write_latency_us_p50", l.write.p50_us.to_string()),
-            ("log_write_latency_us_p99", l.write.p99_us.to_string()),
-            ("fdatasync_count", l.fdatasync.count.to_string()),
-            ("fdatasync_latency_us_p50", l.fdatasync.p50_us.to_string()),
-            ("fdatasync_latency_us_p99", l.fdatasync.p99_us.to_string()),
-            ("log_dsync_write_count", l.dsync_write.count.to_string()),
-            (
-                "log_dsync_write_latency_us_p50",
-                l.dsync_write.p50_us.to_string(),
-            ),
-            (
-                "log_dsync_write_latency_us_p99",
-                l.dsync_write.p99_us.to_string(),
-            ),
-            ("log_staged_writes", l.staged_writes.to_string()),
-            ("snapshot_lsn", s.snapshot_lsn.to_string()),
-            ("snapshot_bytes", s.snapshot_bytes.to_string()),
-            ("checkpoints_done", s.checkpoints_done.to_string()),
-            ("checkpoints_failed", s.checkpoints_failed.to_string()),
-            (
-                "last_checkpoint_start",
-                s.last_checkpoint_start_unix.to_string(),
-            ),
-            (
-                "last_checkpoint_duration_ms",
-                s.last_checkpoint_duration_ms.to_string(),
-            ),
-            (
-                "last_checkpoint_status",
-                if s.last_checkpoint_status.is_empty() {
-                    "none".into()
-                } else {
-                    s.last_checkpoint_status.replace(' ', "_")
-                },
-            ),
-            ("last_checkpoint_items", s.last_checkpoint_items.to_string()),
-            ("recovery_ms", s.recovery_ms.to_string()),
-            ("recovered_items", s.recovered_items.to_string()),
-            ("recovered_log_records", s.recovered_log_records.to_string()),
-            (
-                "recovery_dropped_items",
-                s.recovery_dropped_items.to_string(),
-            ),
-            ("recovered_flash_items", s.recovered_flash_items.to_string()),
-            (
-                "recovery_replayed_to_flash",
-                s.recovery_replayed_to_flash.to_string(),
-            ),
-            (
-                "recovery_flash_dropped",
-                s.recovery_flash_dropped.to_string(),
-            ),
-            ("recovery_log_open_ms", s.recovery_log_open_ms.to_string()),
-            (
-                "recovery_flash_pins_ms",
-                s.recovery_flash_pins_ms.to_string(),
-            ),
-            ("recovery_snapshot_ms", s.recovery_snapshot_ms.to_string()),
-            ("recovery_replay_ms", s.recovery_replay_ms.to_string()),
-            (
-                "writes_refused",
-                if self.write_refusal().is_some() {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .into(),
-            ),
-        ]
+    /// Every figure of `stats persistence`, read now.
+    pub fn stats(&self) -> PersistStats {
+        let log = self.log.stats();
+        let checkpoints = self.checkpoints.lock().clone();
+        PersistStats {
+            mode: self.mode(),
+            data_path: self.config.data_path.clone(),
+            logs_path: self.config.logs_path.clone(),
+            async_flush_ms: self.config.async_flush_ms,
+            chkpt_interval_pct_snapshot: self.chkpt_interval_pct_snapshot(),
+            chkpt_interval_min_logsize_mb: self.chkpt_interval_min_logsize_mb(),
+            checkpoint_rate_mb_s: self.config.checkpoint_rate_mb_s,
+            checkpoint_in_progress: self.checkpoint_running.is_locked(),
+            log_bytes_since_checkpoint: self.log_bytes_since_checkpoint(log.bytes_written),
+            writes_refused: self.write_refusal().is_some(),
+            log,
+            checkpoints,
+            recovery: self.recovery.clone(),
+        }
+    }
+
+    /// Makes everything logged durable and stops the log (graceful shutdown).
+    pub fn close(&self) -> Result<(), PersistError> {
+        self.log.close()?;
+        Ok(())
     }
 }

@@ -1,22 +1,110 @@
-//! The persistence layer's figures for `stats persistence`.
+//! The persistence layer's figures, as numbers and settings: [`PersistStats`], read by
+//! [`crate::Persistence::stats`]. Each layer returns its own struct; the server renders them,
+//! as `stats persistence` (ARCUS's names and formats first) and on the Prometheus endpoint.
+//!
+//! ```text
+//!   open.rs ───────> RecoveryStats (once, at start)      ┐
+//!   checkpoint.rs ─> CheckpointStats (under a lock)      ├─> Persistence::stats() ─> PersistStats
+//!   cairn-wal ─────> LogStats (Log::stats)               │       └─> cairn-server's stats/
+//!   settings in force, mode, write refusal ──────────────┘
+//! ```
+//!
+//! Non-goals: names, units and text formats (ARCUS's `YYYYMMDDhhmmss`, `true`/`false`): the
+//! rendering side's.
 
-use cairn_wal::Lsn;
+use std::path::PathBuf;
 
-/// Figures shown by `stats persistence`.
-#[derive(Default, Clone, Debug)]
+use cairn_wal::{LogStats, Lsn};
+
+use crate::mode::Mode;
+
+/// Everything `stats persistence` shows, read at one moment.
+#[derive(Clone, Debug)]
 pub struct PersistStats {
+    /// The mode in force: sync or async (a running layer is never off).
+    pub mode: Mode,
+    /// Where snapshots and the manifest live (ARCUS `data_path`).
+    pub data_path: PathBuf,
+    /// Where the command log lives (ARCUS `logs_path`).
+    pub logs_path: PathBuf,
+    /// The async mode's longest time a write stays only in memory (the setting, whatever the
+    /// mode in force; see [`PersistStats::loss_window_ms`]).
+    pub async_flush_ms: u64,
+    /// The ARCUS checkpoint trigger in force: the log's size as a % of the snapshot's...
+    pub chkpt_interval_pct_snapshot: u64,
+    /// ...and its least size, in MiB.
+    pub chkpt_interval_min_logsize_mb: u64,
+    /// Snapshot write rate limit in MiB/s (0 = none).
+    pub checkpoint_rate_mb_s: u64,
+    /// A checkpoint is running.
+    pub checkpoint_in_progress: bool,
+    /// Log bytes written since the last checkpoint started (those recovery replayed count).
+    pub log_bytes_since_checkpoint: u64,
+    /// Client writes are refused (the log failed, or this node is a replica).
+    pub writes_refused: bool,
+    /// The command log's own figures.
+    pub log: LogStats,
+    /// Checkpoints since start, and the newest snapshot.
+    pub checkpoints: CheckpointStats,
+    /// What the last start's recovery did.
+    pub recovery: RecoveryStats,
+}
+
+impl PersistStats {
+    /// The longest time an acknowledged write may stay only in memory: the flush interval in
+    /// async mode, 0 in sync mode.
+    pub fn loss_window_ms(&self) -> u64 {
+        if self.mode == Mode::Async {
+            self.async_flush_ms
+        } else {
+            0
+        }
+    }
+}
+
+/// How the last checkpoint ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CheckpointStatus {
+    /// No checkpoint since start.
+    #[default]
+    None,
+    Succeeded,
+    /// Failed, with the error's text.
+    Failed(String),
+}
+
+/// Checkpoints since start, and the newest snapshot (the one recovery loaded, until the first
+/// checkpoint).
+#[derive(Default, Clone, Debug)]
+pub struct CheckpointStats {
+    /// Checkpoints that succeeded.
     pub checkpoints_done: u64,
+    /// Checkpoints that failed.
     pub checkpoints_failed: u64,
     /// Failures since the last checkpoint that succeeded (ARCUS `last_chkpt_failure_count`).
     pub checkpoints_failed_in_a_row: u64,
+    /// Unix time the last checkpoint started (0: none yet).
     pub last_checkpoint_start_unix: u64,
+    /// How long the last checkpoint took.
     pub last_checkpoint_duration_ms: u64,
-    pub last_checkpoint_status: String,
+    /// How the last checkpoint ended.
+    pub last_checkpoint_status: CheckpointStatus,
+    /// Items (and flash entries) in the last checkpoint.
     pub last_checkpoint_items: u64,
+    /// Size of the newest snapshot.
     pub snapshot_bytes: u64,
+    /// The LSN the newest snapshot covers (0: none).
     pub snapshot_lsn: Lsn,
+}
+
+/// What the last start's recovery did, and where its time went.
+#[derive(Default, Clone, Debug)]
+pub struct RecoveryStats {
+    /// The whole recovery's time.
     pub recovery_ms: u64,
+    /// Live items once recovery was done.
     pub recovered_items: u64,
+    /// Log records replayed after the snapshot.
     pub recovered_log_records: u64,
     /// Items left out at recovery because they no longer fit the store's limits.
     pub recovery_dropped_items: u64,
@@ -34,29 +122,8 @@ pub struct PersistStats {
     pub recovery_flash_pins_ms: u64,
     pub recovery_snapshot_ms: u64,
     pub recovery_replay_ms: u64,
-}
-
-/// A Unix time as ARCUS prints it in `stats persistence`: `YYYYMMDDhhmmss` (UTC here;
-/// ARCUS uses local time), or `0` for "never".
-pub(crate) fn arcus_time(unix: u64) -> String {
-    if unix == 0 {
-        return "0".into();
-    }
-    let (days, secs) = (unix / 86_400, unix % 86_400);
-    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}{:02}{:02}{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    /// The snapshot recovery loaded (0: none) and its size: the newest snapshot until the
+    /// first checkpoint ([`CheckpointStats::snapshot_lsn`] and `snapshot_bytes` start there).
+    pub snapshot_lsn: Lsn,
+    pub snapshot_bytes: u64,
 }

@@ -1,12 +1,15 @@
 //! Every figure the server reports, in one list per block that both `stats` and the Prometheus
-//! endpoint read, so that a figure added here shows up in both.
+//! endpoint read, so that a figure added here shows up in both. Each layer hands its figures
+//! over as a struct (the store's `StoreStats`, persistence's `PersistStats` with the log's
+//! `LogStats`, the flash tier's and the gRPC layer's counters); the modules here turn them
+//! into [`Reading`]s, and nothing is printed to text to be parsed back.
 //!
 //! ```text
-//!   general(ctx) ──────> Vec<Reading> ──> cmd/stats.rs:  STAT name value        (memcached)
-//!   persistence(ctx) ─┤                └─> metrics.rs:  cairn_metric[_total] value (Prometheus)
-//!   grpc(ctx) ────────┤
-//!   flash(ctx, r) ────┘
-//!   Latency (per command family) ───────> metrics.rs: histograms
+//!   StoreStats, counters, process ─> general(ctx) ──────┐
+//!   Flash counters and usage ──────> flash(ctx, r) ─────┤ Vec<Reading> ─> cmd/stats.rs:  STAT name value
+//!   PersistStats (+ LogStats) ─────> persistence(ctx) ──┤             └─> metrics.rs:    cairn_metric[_total] value
+//!   GrpcStats figures ─────────────> grpc(ctx) ─────────┘
+//!   Latency (per command family) ─────────────────────────────────────> metrics.rs: histograms
 //! ```
 //!
 //! A [`Reading`] is a name (memcached's), a kind (counter or gauge), a one-line description and
@@ -15,9 +18,9 @@
 //! (`uptime` is `cairn_uptime_seconds`).
 //!
 //! **Adding a stat:** one line in [`general()`] (or, for a counter bumped by commands, one line
-//! in the `counters!` list of `counters.rs`). Persistence figures come from
-//! `Persistence::stats()` (the persist crate); each needs a row in `persistence::PERSISTENCE`
-//! with its kind and description, which a test checks.
+//! in the `counters!` list of `counters.rs`). A persistence figure is a field of
+//! `PersistStats` (the persist crate) and one line in [`persistence()`] with its names, kind and
+//! description.
 //!
 //! Modules: `reading` (the figure type), `general`, `persistence`, `flash`, `grpc` (the
 //! blocks), `counters` and `latency` (what requests bump), `per_thread` (where those live),

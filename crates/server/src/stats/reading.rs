@@ -105,4 +105,45 @@ impl Readings {
     pub fn text(&mut self, name: &'static str, help: &'static str, v: impl Into<String>) {
         self.push(name, name, Kind::Gauge, help, Value::Text(v.into()));
     }
+
+    /// A number `stats` shows in one unit and the endpoint in another (its metric's, e.g.
+    /// milliseconds as seconds): the endpoint shows `v * scale`.
+    pub fn scaled(
+        &mut self,
+        name: &'static str,
+        metric: &'static str,
+        kind: Kind,
+        help: &'static str,
+        v: u64,
+        scale: f64,
+    ) {
+        self.0.push(Reading {
+            name,
+            metric,
+            kind,
+            help,
+            value: Value::Int(v),
+            export: Some(Value::Float(v as f64 * scale)),
+        });
+    }
+
+    /// A yes/no gauge: `stats` shows `yes` or `no` as spelled for it (ARCUS's `true`/`false`,
+    /// `on`/`off`...), the endpoint 1 or 0.
+    pub fn flag(
+        &mut self,
+        name: &'static str,
+        metric: &'static str,
+        help: &'static str,
+        on: bool,
+        (yes, no): (&'static str, &'static str),
+    ) {
+        self.0.push(Reading {
+            name,
+            metric,
+            kind: Kind::Gauge,
+            help,
+            value: Value::Text(if on { yes } else { no }.into()),
+            export: Some(Value::Int(u64::from(on))),
+        });
+    }
 }
