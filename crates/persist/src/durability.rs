@@ -54,14 +54,15 @@
 //! revision a watcher was shown up to that mark is never handed out again after a crash of
 //! the kind the mode protects against.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
 use cairn_wal::{Listener, Lsn, Marks, Reach, WalError};
 
+use crate::error::PersistError;
+use crate::gate::ReplicationGate;
+use crate::mode::Mode;
+use crate::persistence::Persistence;
 use crate::sink::TICKET_LSN;
-use crate::{Mode, PersistError, Persistence};
 
 /// What a request's writes must reach before they are acknowledged: the highest LSN its
 /// mutations were logged at, or the mark of a failed append.
@@ -96,22 +97,6 @@ impl Ticket {
             lsn: self.lsn.max(other.lsn),
         }
     }
-}
-
-/// A second condition on acknowledgements, set by the cluster layer (crates/cluster): on a
-/// primary with sync replication, a write is acknowledged only once a replica holds it
-/// durable too; on a replica, client writes are refused. Both front ends go through it, since
-/// both call [`Persistence::acknowledged`] and [`Persistence::client_write_refusal`].
-pub trait ReplicationGate: Send + Sync {
-    /// Why client writes are refused now (this node is a replica), if they are.
-    fn refusal(&self) -> Option<String>;
-    /// What an acknowledgement of `lsn`, already safe locally, still waits for: None when
-    /// nothing (the cheap path), else a future that says whether it may be acknowledged.
-    #[allow(clippy::type_complexity)]
-    fn reached(
-        &self,
-        lsn: Lsn,
-    ) -> Option<Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>>;
 }
 
 /// Takes the ticket of the mutations made on this thread since it was last taken. Call it

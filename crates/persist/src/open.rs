@@ -11,7 +11,6 @@
 //! Each step that can refuse the start says why with an [`Unrecoverable`] variant.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,48 +19,26 @@ use cairn_store::{MutationSink, Store, StoreConfig};
 use cairn_wal::{Log, LogOptions, Lsn};
 use parking_lot::Mutex;
 
+use crate::clock::now_unix;
+use crate::config::PersistConfig;
+use crate::data_folder::{list_snapshots, remove_temp_files};
+use crate::error::{PersistError, Unrecoverable};
+use crate::manifest::{read_manifest, write_manifest, Manifest};
+use crate::mode::Mode;
+use crate::persistence::Persistence;
+use crate::pins::read_pins;
 use crate::sink::LogSink;
-use crate::{
-    list_snapshots, now_unix, read_manifest, read_pins, record, recovery_threads,
-    remove_temp_files, replay, snapshot, write_manifest, Manifest, Mode, PersistConfig,
-    PersistError, PersistStats, Persistence, CAS_GAP_AFTER_RECOVERY,
-};
+use crate::stats::{CheckpointStats, RecoveryStats};
+use crate::{record, replay, snapshot};
 
-/// Why recovery refuses to start: the files on disk cannot rebuild the acknowledged state.
-#[derive(Debug, thiserror::Error)]
-pub enum Unrecoverable {
-    #[error("the manifest names snapshot {snapshot} but it is missing")]
-    SnapshotMissing { snapshot: String },
-    #[error(
-        "no snapshot could be loaded (see the errors above), and the log does not hold every \
-         record from the first to {named} (it starts at {} and ends at {last}): the state \
-         cannot be rebuilt",
-        first.map_or("none".to_string(), |f| f.to_string())
-    )]
-    NoSnapshotAndNoWholeLog {
-        named: Lsn,
-        first: Option<Lsn>,
-        last: Lsn,
-    },
-    #[error(
-        "the log in {} ends at record {last} but the snapshot was taken at {snapshot}: the \
-         log after it is missing (is logs_path right?)",
-        dir.display()
-    )]
-    LogEndsBeforeSnapshot {
-        dir: PathBuf,
-        last: Lsn,
-        snapshot: Lsn,
-    },
-    #[error("the log starts at record {first} but the snapshot needs it from {needed}")]
-    LogStartsAfterSnapshot { first: Lsn, needed: Lsn },
-    #[error(
-        "the log holds records up to {last} but none after the snapshot at {snapshot} could \
-         be read"
-    )]
-    LogUnreadableAfterSnapshot { last: Lsn, snapshot: Lsn },
-    #[error("log record {lsn} does not decode")]
-    BadRecord { lsn: Lsn },
+/// How far recovery moves the CAS counter past the largest unique found on disk (2^32: far
+/// more than the records one log can hold in memory before they are written, so no unique
+/// a client saw before a crash is handed out again).
+pub(crate) const CAS_GAP_AFTER_RECOVERY: u64 = 1 << 32;
+
+/// Threads that load the snapshot and replay the log at recovery: one per core.
+fn recovery_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// What loading a snapshot left for the log replay to build on.
@@ -91,9 +68,9 @@ impl Persistence {
             .then(|| cairn_wal::lock_folder(fs, &config.data_path))
             .transpose()?;
         let log = open_log(&config, &store_config)?;
-        let mut stats = PersistStats {
+        let mut stats = RecoveryStats {
             recovery_log_open_ms: started.elapsed().as_millis() as u64,
-            ..PersistStats::default()
+            ..RecoveryStats::default()
         };
         let (store, sink) = build_store(&config, store_config, &log);
         remove_temp_files(fs, &config.data_path);
@@ -129,7 +106,12 @@ impl Persistence {
             log,
             sink,
             store,
-            stats: Mutex::new(stats),
+            checkpoints: Mutex::new(CheckpointStats {
+                snapshot_lsn: stats.snapshot_lsn,
+                snapshot_bytes: stats.snapshot_bytes,
+                ..CheckpointStats::default()
+            }),
+            recovery: stats,
             checkpoint_running: Mutex::new(()),
             history: parking_lot::RwLock::new(()),
             log_bytes_recovered,
@@ -200,7 +182,7 @@ fn load_snapshot(
     config: &PersistConfig,
     store: &Store,
     manifest: Option<Manifest>,
-    stats: &mut PersistStats,
+    stats: &mut RecoveryStats,
 ) -> Result<Base, PersistError> {
     let fs = config.fs.as_ref();
     let named = manifest.map_or(0, |m| m.snapshot_lsn);
@@ -267,7 +249,7 @@ fn load_one_snapshot(
     store: &Store,
     path: &std::path::Path,
     lsn: Lsn,
-    stats: &mut PersistStats,
+    stats: &mut RecoveryStats,
 ) -> Result<Lsn, PersistError> {
     let fs = config.fs.as_ref();
     let flash = config.flash.as_ref();
@@ -416,7 +398,7 @@ fn replay_log(
     log: &Log,
     store: &Store,
     base: Base,
-    stats: &mut PersistStats,
+    stats: &mut RecoveryStats,
 ) -> Result<u64, PersistError> {
     let snapshot = base.loaded;
     let replay::Replayed {

@@ -30,8 +30,9 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use cairn_store::{ItemMeta, Mutation, Store};
 use cairn_wal::{Log, Lsn};
 
+use crate::clock::now_unix;
+use crate::error::{PersistError, Unrecoverable};
 use crate::record::{self, Record};
-use crate::{now_unix, PersistError};
 
 /// Bytes of records collected for one worker before they are handed over.
 const BATCH_BYTES: usize = 256 << 10;
@@ -118,7 +119,7 @@ pub(crate) fn replay(
         log.read_from::<PersistError>(from, |lsn, payload| {
             first_seen.get_or_insert(lsn);
             let rec = record::decode(payload)
-                .ok_or_else(|| PersistError::from(crate::Unrecoverable::BadRecord { lsn }))?;
+                .ok_or_else(|| PersistError::from(Unrecoverable::BadRecord { lsn }))?;
             match rec {
                 Record::Stored { key, .. } | Record::Deleted { key, .. } => {
                     let shard = store.shard_of(key);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use cairn_wal::{FileSystem, LogFile};
 
-use crate::PersistError;
+use crate::error::PersistError;
 
 pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
 pub const END_MAGIC: &[u8; 8] = b"CAIRNEND";

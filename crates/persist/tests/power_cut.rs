@@ -134,16 +134,6 @@ fn contents(p: &Persistence) -> BTreeMap<String, String> {
     out
 }
 
-fn stat(p: &Persistence, name: &str) -> u64 {
-    p.stats()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .unwrap_or_else(|| panic!("no {name}"))
-        .1
-        .parse()
-        .unwrap()
-}
-
 /// One cut point: write, cut the power, recover, check. `known` is the state the previous
 /// round recovered (the keys' state before this round's writes).
 fn one_cut(
@@ -206,7 +196,7 @@ fn one_cut(
 
     let p = open(fs, mode, direct_io);
     let logged = std::mem::take(&mut *out.lock().unwrap());
-    let recovered = stat(&p, "log_appended_lsn");
+    let recovered = p.stats().log.appended_lsn;
     let required = logged
         .iter()
         .filter(|w| w.acked && (mode == Mode::Sync || w.lsn <= durable))

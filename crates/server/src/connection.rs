@@ -309,7 +309,7 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                         continue;
                     }
                 }
-                let family = crate::metrics::Family::of(&request);
+                let family = crate::stats::Family::of(&request);
                 match request {
                     Request::Get {
                         kind,

@@ -60,7 +60,7 @@ pub struct Ctx {
     /// memcached-named counters.
     pub counters: stats::Counters,
     /// Command latency by family, for the Prometheus endpoint.
-    pub latency: metrics::Latency,
+    pub latency: stats::Latency,
     /// Open client connections now.
     pub curr_connections: AtomicU64,
     /// Every open socket, for `stats conns`.
@@ -237,7 +237,7 @@ impl Ctx {
             persist,
             limits,
             counters: stats::Counters::default(),
-            latency: metrics::Latency::default(),
+            latency: stats::Latency::default(),
             curr_connections: AtomicU64::new(0),
             verbosity: AtomicU8::new(config.verbosity),
             started: Instant::now(),

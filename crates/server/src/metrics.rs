@@ -1,7 +1,8 @@
 //! The Prometheus endpoint on `--metrics-addr`: `GET /metrics` answers every figure of
-//! `stats`, `stats persistence` and `stats grpc` (the one list in `crate::stats`), command latency
-//! histograms by command family, and the command log's fdatasync latency and group-commit
-//! batch size histograms, in the OpenMetrics text format.
+//! `stats`, `stats persistence` and `stats grpc` (the readings `crate::stats` makes of each
+//! layer's stats struct, the same `stats` shows), command latency histograms by command
+//! family, and the command log's fdatasync latency and group-commit batch size histograms
+//! (its `LogStats`), in the OpenMetrics text format.
 //!
 //! ```text
 //!   scrape ──hyper (HTTP/1.1)──> respond ──prometheus_client::encoding::text::encode──>
@@ -11,15 +12,12 @@
 //! ```
 //!
 //! The format is prometheus-client's and the HTTP stack hyper's. Command latency is kept in
-//! atomic bucket counters of our own ([`Latency`]): prometheus-client's `Histogram` takes a
-//! lock on every observation, which every request would contend for.
+//! atomic bucket counters of our own (`crate::stats::Latency`): prometheus-client's
+//! `Histogram` takes a lock on every observation, which every request would contend for.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
 
-use cairn_proto::Request;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, StatusCode};
@@ -28,119 +26,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::stats::{Kind, Value};
+use crate::stats::{Family, Kind, Value, LATENCY_BOUNDS_S};
 use crate::Ctx;
-
-/// Command families, the `command` label of `cairn_command_duration_seconds`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
-    Get,
-    Set,
-    Delete,
-    Arith,
-    Touch,
-    Flush,
-    Meta,
-    Stats,
-    Admin,
-    Other,
-}
-
-impl Family {
-    const ALL: [Family; 10] = [
-        Family::Get,
-        Family::Set,
-        Family::Delete,
-        Family::Arith,
-        Family::Touch,
-        Family::Flush,
-        Family::Meta,
-        Family::Stats,
-        Family::Admin,
-        Family::Other,
-    ];
-
-    /// The family of a request.
-    pub fn of(request: &Request) -> Family {
-        match request {
-            Request::Get { .. } => Family::Get,
-            Request::Store { .. } => Family::Set,
-            Request::Delete { .. } => Family::Delete,
-            Request::Arith { .. } => Family::Arith,
-            Request::Touch { .. } => Family::Touch,
-            Request::FlushAll { .. } => Family::Flush,
-            Request::Meta(_) => Family::Meta,
-            Request::Stats { .. } => Family::Stats,
-            Request::Admin { .. } => Family::Admin,
-            _ => Family::Other,
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Family::Get => "get",
-            Family::Set => "set",
-            Family::Delete => "delete",
-            Family::Arith => "incr_decr",
-            Family::Touch => "touch",
-            Family::Flush => "flush_all",
-            Family::Meta => "meta",
-            Family::Stats => "stats",
-            Family::Admin => "admin",
-            Family::Other => "other",
-        }
-    }
-}
-
-/// Upper bounds of the command latency buckets, in seconds (the last bucket is +Inf).
-const LATENCY_BOUNDS_S: [f64; 16] = [
-    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1,
-    0.25, 1.0, 2.5,
-];
-
-/// One histogram: a count per bucket (not cumulative), the sum and the count.
-#[derive(Default)]
-struct Buckets {
-    counts: [AtomicU64; LATENCY_BOUNDS_S.len() + 1],
-    sum_ns: AtomicU64,
-}
-
-/// Command latency by family: the time from a parsed request to its reply in the output
-/// buffer (the wait for the log in SYNC mode is `cairn_log_dsync_write_seconds`'s, or
-/// `cairn_log_write_seconds` + `cairn_fdatasync_seconds` without O_DIRECT). Kept per thread
-/// and added up at a scrape, as the counters are (`crate::stats::PerThread`).
-#[derive(Default)]
-pub struct Latency {
-    threads: crate::stats::PerThread<[Buckets; Family::ALL.len()]>,
-}
-
-impl Latency {
-    /// Records one command.
-    pub fn observe(&self, family: Family, took: Duration) {
-        let b = &self.threads.mine()[family as usize];
-        let s = took.as_secs_f64();
-        let i = LATENCY_BOUNDS_S
-            .iter()
-            .position(|&bound| s <= bound)
-            .unwrap_or(LATENCY_BOUNDS_S.len());
-        b.counts[i].fetch_add(1, Relaxed);
-        b.sum_ns.fetch_add(took.as_nanos() as u64, Relaxed);
-    }
-
-    /// A family's count per bucket (not cumulative) and sum of nanoseconds, over all threads.
-    fn read(&self, family: Family) -> ([u64; LATENCY_BOUNDS_S.len() + 1], u64) {
-        let mut counts = [0u64; LATENCY_BOUNDS_S.len() + 1];
-        let mut sum_ns = 0u64;
-        for t in self.threads.all() {
-            let b = &t[family as usize];
-            for (total, c) in counts.iter_mut().zip(&b.counts) {
-                *total += c.load(Relaxed);
-            }
-            sum_ns = sum_ns.wrapping_add(b.sum_ns.load(Relaxed));
-        }
-        (counts, sum_ns)
-    }
-}
 
 /// (upper bound, count in that bucket alone) pairs ending with +Inf, as prometheus-client's
 /// `encode_histogram` takes them (it adds them up), from the count at or below each bound.
@@ -334,28 +221,5 @@ pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn latency_lands_in_the_bucket_of_its_bound() {
-        let l = Latency::default();
-        l.observe(Family::Get, Duration::from_micros(10));
-        l.observe(Family::Get, Duration::from_micros(11));
-        l.observe(Family::Get, Duration::from_secs(10));
-        // Another thread's observation is added in when read.
-        std::thread::scope(|s| {
-            s.spawn(|| l.observe(Family::Get, Duration::from_micros(5)));
-        });
-        let (counts, sum_ns) = l.read(Family::Get);
-        assert_eq!(counts[0], 2);
-        assert_eq!(counts[1], 1);
-        assert_eq!(counts[LATENCY_BOUNDS_S.len()], 1);
-        assert_eq!(sum_ns, 10_000_026_000);
-        assert_eq!(l.read(Family::Set).0[0], 0);
     }
 }

@@ -1,5 +1,5 @@
 //! All file I/O of the log (and of the snapshots built on it) goes through [`FileSystem`], so
-//! tests can swap the real disk for [`crate::fault::FaultyFs`], which fails chosen operations
+//! tests can swap the real disk for `cairn_testkit::FaultyFs`, which fails chosen operations
 //! and forgets unsynced bytes on a simulated power loss.
 //!
 //! Non-goals: buffering or caching; each call maps to one system call on the real disk (a

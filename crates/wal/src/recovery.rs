@@ -24,9 +24,11 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::WalError;
 use crate::format::{self, Bad, SegmentHeader, HEADER_LEN, RECORD_HEADER_LEN};
 use crate::fs::{FileSystem, LogFile};
-use crate::{Lsn, RecoveryMode, WalError};
+use crate::marks::Lsn;
+use crate::options::RecoveryMode;
 
 /// What recovery found: enough to continue appending.
 pub(crate) struct Found {

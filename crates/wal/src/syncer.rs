@@ -31,10 +31,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::appender::Chunk;
+use crate::error::WalError;
+use crate::format;
 use crate::fs::{LogFile, DIRECT_ALIGN};
-use crate::segment::Tail;
-use crate::{format, Durability, Lsn, Marks, Shared, State, WalError};
+use crate::marks::{Lsn, Marks};
+use crate::options::Durability;
+use crate::pending::Chunk;
+use crate::shared::{Shared, State, Writer};
+use crate::tail::Tail;
 
 /// Runs when the syncer stops, however it stops: a panic poisons the log, and everyone still
 /// waiting is woken to see that nothing more will advance.
@@ -54,14 +58,6 @@ impl Drop for SyncerExit {
         sh.written.wake_all();
         sh.durable.wake_all();
     }
-}
-
-/// What the one writer owns (under `Shared::writer`): the tail segment. The syncer holds it
-/// for each write or fdatasync, a helper ([`Shared::write_ready`]) for its write.
-pub(crate) struct Writer {
-    pub tail: Tail,
-    /// The batch vector of the last write, kept for its allocation.
-    pub spare: Vec<Chunk>,
 }
 
 /// What the writer does next.

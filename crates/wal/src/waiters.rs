@@ -40,7 +40,8 @@ use std::thread::Thread;
 
 use parking_lot::Mutex;
 
-use crate::Lsn;
+use crate::error::WalError;
+use crate::marks::Lsn;
 
 /// Covered waiters a leaving waiter wakes (see the module doc).
 pub const FAN_OUT: usize = 8;
@@ -188,7 +189,7 @@ impl Watermark {
 /// Where a [`Reach`] looks for whether the log stopped, and why.
 pub(crate) trait Stopped: Send + Sync {
     /// `Some(error)` once nothing more will advance (the log was poisoned or closed).
-    fn stopped(&self) -> Option<crate::WalError>;
+    fn stopped(&self) -> Option<WalError>;
     /// Asks for `lsn` to be made durable soon (async mode fdatasyncs early for a waiter).
     fn request_durable(&self, _lsn: Lsn) {}
 }
@@ -206,7 +207,7 @@ pub struct Reach<'a> {
 }
 
 impl Future for Reach<'_> {
-    type Output = Result<(), crate::WalError>;
+    type Output = Result<(), WalError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -238,7 +239,7 @@ impl Future for Reach<'_> {
 
 impl Reach<'_> {
     /// Leaves the registry (passing the wake on).
-    fn finish(&mut self) -> Result<(), crate::WalError> {
+    fn finish(&mut self) -> Result<(), WalError> {
         if let Some(key) = self.key.take() {
             self.mark.leave(key);
         }

@@ -1,8 +1,8 @@
 //! stats, stats settings, stats items, stats slabs, stats sizes, stats conns,
 //! stats persistence, stats replication, stats reset.
 //!
-//! The general and persistence blocks come from the one list in `crate::stats`, which the
-//! Prometheus endpoint reads too.
+//! The general, persistence, extstore and grpc blocks come from the lists in `crate::stats`,
+//! which the Prometheus endpoint reads too.
 //!
 //! Field names are memcached's so existing dashboards and Debian's memcached-tool read them.
 //! cairn has no slab classes; `stats items` and `stats slabs` report the whole store as class 1,
@@ -130,7 +130,7 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
         }
         Some("extstore") => {
             let mut r = crate::stats::Readings::default();
-            crate::flash::readings(ctx, &mut r);
+            crate::stats::flash(ctx, &mut r);
             lines(out, &r.0);
         }
         Some("grpc") => lines(out, &crate::stats::grpc(ctx)),
