@@ -31,9 +31,12 @@ MAX_LINES = 800
 def module_files(src: Path):
     """{module path tuple: file} for a crate's src/ (lib.rs or main.rs is the root)."""
     mods = {}
+    has_lib = (src / "lib.rs").exists()
     for f in src.rglob("*.rs"):
         rel = f.relative_to(src)
         parts = list(rel.with_suffix("").parts)
+        if parts == ["main"] and has_lib:
+            continue  # the binary's root, a crate of its own that uses the library
         if parts[-1] in ("lib", "main") and len(parts) == 1:
             parts = []
         elif parts[-1] == "mod":
