@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
-use crate::ClusterError;
+use crate::error::ClusterError;
 
 /// How long the first registration keeps trying to reach ZooKeeper at least.
 const JOIN_PATIENCE: Duration = Duration::from_secs(10);

@@ -10,19 +10,12 @@
 //! The targets and the checks are the same code, so CI exercises every invariant on every run
 //! without nightly or libFuzzer; the long runs stay with `cargo fuzz` (fuzz/README.md).
 
+mod limits;
 pub mod parse;
 pub mod parse_invariants;
 pub mod record_decode;
 
-use cairn_proto::Limits;
-
-/// Limits small enough that short inputs reach every limit's edge.
-pub const TINY: Limits = Limits {
-    max_key_len: 8,
-    max_value_len: 16,
-    max_line_len: 32,
-    max_keys_per_get: 3,
-};
+pub use limits::TINY;
 
 /// A fuzz target: its name (`fuzz/fuzz_targets/<name>.rs`), its seed corpus
 /// (`fuzz/seeds/<seeds>`), whether the protocol dictionary (`fuzz/proto.dict`) suits it, and its

@@ -18,7 +18,7 @@ use cairn_proto::{parse, ErrorKind, Limits, Request, MAX_DATA_LEN};
 
 /// Runs the check on `data` with the default limits and with tiny ones.
 pub fn check(data: &[u8]) {
-    for limits in [Limits::default(), crate::TINY] {
+    for limits in [Limits::default(), crate::limits::TINY] {
         run_connection(data, &limits);
     }
 }

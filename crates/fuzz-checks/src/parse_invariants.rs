@@ -14,7 +14,7 @@ use cairn_proto::{key_is_valid, parse, GetKind, Limits, MetaCmd, Request};
 
 /// Runs the check on `data` with the default limits and with tiny ones.
 pub fn check(data: &[u8]) {
-    for limits in [Limits::default(), crate::TINY] {
+    for limits in [Limits::default(), crate::limits::TINY] {
         let mut rest = data;
         loop {
             match parse(rest, &limits) {

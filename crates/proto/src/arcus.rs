@@ -36,8 +36,9 @@
 //! pipelining: the server holds the replies until the pipeline's last command (README
 //! "Protocol").
 
-use crate::text::{data_len, parse_i64};
-use crate::{ProtocolError, Request};
+use crate::error::ProtocolError;
+use crate::lex::{data_len, parse_i64};
+use crate::request::Request;
 
 /// Whether `cmd` is an ARCUS command word this module answers.
 pub(crate) fn is_arcus_command(cmd: &[u8]) -> bool {

@@ -436,7 +436,7 @@ fn meta_requests() {
 fn meta_explicit_cas_leaves_the_top_half_to_the_server() {
     let (r, _) = ok(b"ms k 1 E9223372036854775807\r\nx\r\n");
     let Request::Meta(m) = r else { panic!("meta") };
-    assert_eq!(m.flags.explicit_cas, Some(crate::meta::MAX_EXPLICIT_CAS));
+    assert_eq!(m.flags.explicit_cas, Some(crate::MAX_EXPLICIT_CAS));
     let e = err(b"ms k 1 E9223372036854775808\r\nx\r\n");
     assert_eq!(e.reply_line(), "CLIENT_ERROR E cas over 2^63 - 1");
     assert_eq!(e.swallow, 3, "the block is skipped");

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
+use super::config::POLL;
 use super::member::Member;
+use super::member_data::{node_id, parse_member, sequence, MemberData};
 use super::state::GroupState;
-use super::{ephemeral, node_id, parse_member, sequence, MemberData, POLL};
-use crate::ClusterError;
+use super::zk::ephemeral;
+use crate::error::ClusterError;
 
 /// How often a group that cannot elect anyone says so.
 const WAITING_NOTICE: Duration = Duration::from_secs(5);

@@ -16,11 +16,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 
+use super::config::{GroupConfig, Local, POLL};
+use super::member_data::{node_id, MemberData};
 use super::state::GroupState;
-use super::{connect, ephemeral, node_id, persistent, GroupConfig, Local, MemberData, POLL};
+use super::zk::{connect, ephemeral, persistent};
+use crate::error::ClusterError;
 use crate::replica::{self, FollowerConfig};
 use crate::replication::{ForceRequest, Role};
-use crate::ClusterError;
 
 struct Follower {
     stop: watch::Sender<bool>,

@@ -32,142 +32,27 @@
 //! group waits for a complete one, or for an operator's `failover force` on a member, whose
 //! answer says what is lost.
 
+mod config;
 mod election;
 mod member;
+mod member_data;
 pub mod state;
+mod zk;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_persist::Persistence;
-use cairn_store::Store;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use zookeeper_client as zk;
 
+use crate::error::ClusterError;
 use crate::replica;
-use crate::replication::{Replication, Role};
-use crate::ClusterError;
+use crate::replication::Role;
+pub use config::{GroupConfig, Local, REPL_ROOT};
 use member::Member;
-
-/// ARCUS's root for nodes in replication groups.
-pub const REPL_ROOT: &str = "/arcus_repl";
-
-/// How often the group's state is looked at in ZooKeeper.
-const POLL: Duration = Duration::from_millis(50);
-
-/// What a group member registers, and where.
-#[derive(Clone, Debug)]
-pub struct GroupConfig {
-    /// ZooKeeper's connect string: `host:port[,host:port...][/chroot]`.
-    pub ensemble: String,
-    pub service_code: String,
-    /// The replication group's name.
-    pub group: String,
-    /// Where clients reach this node (memcached).
-    pub advertise: SocketAddr,
-    /// Where replicas reach this node (its gRPC address).
-    pub grpc: SocketAddr,
-    pub hostname: String,
-    /// `-m`, written as the cache_list znode's data (`"<N>MB"`).
-    pub memory_limit_mb: u64,
-    pub session_timeout: Duration,
-    /// The data folder (the replica position goes there).
-    pub data_dir: PathBuf,
-}
-
-impl GroupConfig {
-    pub fn validate(&self) -> Result<(), ClusterError> {
-        let s = &self.service_code;
-        if s.is_empty() || s.contains(['/', '^']) || s == "." || s == ".." {
-            return Err(ClusterError::Invalid(format!(
-                "service code {s:?}: it names a znode (not empty, no '/' or '^')"
-            )));
-        }
-        // ARCUS's clients cut each cache_list name at its first '-' and split the rest on ','
-        // and '^': a group name with any of them makes them drop every node of the service.
-        let g = &self.group;
-        if g.is_empty() || !g.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(ClusterError::Invalid(format!(
-                "group {g:?}: ARCUS's clients read only letters, digits and '_' in a group's name"
-            )));
-        }
-        Ok(())
-    }
-
-    /// `<ip:port>-<hostname>`, ARCUS's node name.
-    pub fn node_name(&self) -> String {
-        format!("{}-{}", self.advertise, self.hostname)
-    }
-
-    pub fn group_path(&self) -> String {
-        format!(
-            "{REPL_ROOT}/group_list/{}/{}",
-            self.service_code, self.group
-        )
-    }
-
-    pub fn lock_path(&self) -> String {
-        format!("{}/primary", self.group_path())
-    }
-
-    /// The group's durable record (state.rs).
-    pub fn state_path(&self) -> String {
-        format!(
-            "{REPL_ROOT}/group_state/{}/{}",
-            self.service_code, self.group
-        )
-    }
-
-    pub fn cache_list(&self) -> String {
-        format!("{REPL_ROOT}/cache_list/{}", self.service_code)
-    }
-
-    /// Where ARCUS clients of the service register themselves.
-    pub fn client_list(&self) -> String {
-        format!("{REPL_ROOT}/client_list/{}", self.service_code)
-    }
-
-    /// This node's cache_list znode as the primary (`M`) or a replica (`S`).
-    pub fn listed_path(&self, primary: bool) -> String {
-        let role = if primary { 'M' } else { 'S' };
-        format!(
-            "{}/{}^{role}^{}",
-            self.cache_list(),
-            self.group,
-            self.node_name()
-        )
-    }
-
-    pub fn mapping_path(&self) -> String {
-        format!("{REPL_ROOT}/cache_server_mapping/{}", self.advertise)
-    }
-
-    fn mapping_entry(&self) -> String {
-        format!("{}^{}^{}", self.service_code, self.group, self.grpc)
-    }
-
-    /// A member's znode, as ARCUS names them: `<ip:port>^<listen ip:port>^<sequence>` (the
-    /// listen address here is the gRPC one replicas follow).
-    fn member_prefix(&self) -> String {
-        format!("{}/{}^{}^", self.group_path(), self.advertise, self.grpc)
-    }
-
-    /// How long a replica may stay behind before the primary takes it out of the in-sync set.
-    pub fn lag_bound(replication_timeout: Duration) -> Duration {
-        replication_timeout / 2
-    }
-}
-
-/// What the node needs to follow a primary.
-pub struct Local {
-    pub store: Arc<Store>,
-    pub persist: Arc<Persistence>,
-    pub repl: Arc<Replication>,
-}
+pub use member_data::node_id;
+use zk::connect;
 
 /// A running group member (the task that keeps its role).
 pub struct Group {
@@ -219,93 +104,5 @@ impl Group {
     pub async fn leave(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-    }
-}
-
-fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
-
-fn ephemeral() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
-}
-
-async fn connect(config: &GroupConfig) -> Result<zk::Client, ClusterError> {
-    zk::Client::connector()
-        .with_session_timeout(config.session_timeout)
-        .connect(&config.ensemble)
-        .await
-        .map_err(ClusterError::zk(format!("connect to {}", config.ensemble)))
-}
-
-/// A member's state, from its znode's data.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct MemberData {
-    pub state: String,
-    /// Where its data stands: a revision of log `log_id`.
-    pub revision: u64,
-    pub complete: bool,
-    pub log_id: u64,
-    /// Who it is in the group state ([`node_id`]; empty in a znode of an earlier build).
-    pub node: String,
-}
-
-/// A member's name in the group state: its own command log's id, which lives and dies with
-/// its data folder (a member whose folder is wiped is a new member, holding nothing), and
-/// stays when its address changes.
-pub fn node_id(persist: &Persistence) -> String {
-    format!("{:016x}", persist.log_id())
-}
-
-impl MemberData {
-    fn encode(&self) -> Vec<u8> {
-        format!(
-            "{} {} {} {} {}",
-            self.state,
-            self.revision,
-            u8::from(self.complete),
-            self.log_id,
-            self.node
-        )
-        .into_bytes()
-    }
-}
-
-pub(crate) fn parse_member(data: &[u8]) -> Option<MemberData> {
-    let text = std::str::from_utf8(data).ok()?;
-    let mut w = text.split_whitespace();
-    Some(MemberData {
-        state: w.next()?.to_string(),
-        revision: w.next()?.parse().ok()?,
-        complete: w.next()? == "1",
-        log_id: w.next().and_then(|x| x.parse().ok()).unwrap_or(0),
-        node: w.next().unwrap_or("").to_string(),
-    })
-}
-
-/// A member znode's sequence number (what follows its last '^').
-pub(crate) fn sequence(name: &str) -> &str {
-    name.rsplit('^').next().unwrap_or(name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn member_data_round_trips() {
-        let m = MemberData {
-            state: "cand".into(),
-            revision: 12,
-            complete: true,
-            log_id: 9,
-            node: "00000000000000ab".into(),
-        };
-        assert_eq!(parse_member(&m.encode()), Some(m));
-        let old = parse_member(b"follow 0 0").unwrap();
-        assert_eq!((old.revision, old.complete, old.log_id), (0, false, 0));
-        assert_eq!(old.node, "");
-        assert_eq!(parse_member(b"garbage"), None);
-        assert_eq!(sequence("g/a^x^0000000003"), "0000000003");
     }
 }
