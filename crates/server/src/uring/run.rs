@@ -1,0 +1,298 @@
+//! One connection thread's loop (see the module doc of `uring`): it sets up the thread's
+//! ring (provided buffers, registered file table, the eventfd read, the flash tier's lent
+//! ring), then turns until told to stop, and tears the ring down without freeing a buffer the
+//! kernel may still use.
+//!
+//! ```text
+//!   turn: inbox (woken, jobs, mark moved, stop) ─> settle safe waits ─> start new tasks
+//!     ─> poll the ready tasks (two passes: the log write of the turn may ready more)
+//!     ─> answered any: submit + sched_yield (gated) ─> io_uring_enter (wait if none ready)
+//!     ─> reap completions ─> wake their tasks ─> re-arm the eventfd read
+//! ```
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Instant;
+
+use io_uring::{opcode, types, IoUring};
+
+use super::buffers::BufRing;
+use super::driver::{with_driver, Driver, CANCEL, DRIVER, EVENTFD, FIXED_FILES_MAX, RELEASE};
+use super::executor::{Shared, Task, TaskWaker, READY};
+use super::flash_reads::FlashReads;
+use super::waits::{settle_safe_waits, MarkWaker, SafeWaits, SafeWatch, SAFE_WAITS};
+use super::yield_gate::YieldGate;
+
+/// For tests and A/B runs: when set, each read is a single-shot receive into the connection's
+/// own buffer (as on a kernel without provided buffer rings) instead of a multishot receive.
+pub const SINGLE_SHOT_FOR_TESTS: &str = "CAIRN_TEST_SINGLE_SHOT_RECV";
+
+/// For A/B runs: when set, sockets are used by descriptor, not through the ring's registered
+/// file table.
+pub const NO_FIXED_FILES_FOR_AB: &str = "CAIRN_AB_NO_FIXED_FILES";
+
+/// For tests: a smaller registered file table per ring (this many slots), so that a test
+/// can fill it and see the slots of ended connections reused.
+pub const FIXED_FILES_FOR_TESTS: &str = "CAIRN_TEST_FIXED_FILES";
+
+/// For A/B runs only: when set, no turn ends with a yield (see `run` and `YieldGate`).
+pub const NO_TURN_YIELD_FOR_AB: &str = "CAIRN_AB_NO_TURN_YIELD";
+
+thread_local! {
+    /// When the thread's current turn began polling its tasks (see [`turn_started`]).
+    static TURN_STARTED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// On a connection thread of this engine, when its current turn began polling the tasks that
+/// the turn's completions woke, so after their input had arrived: a connection starts its
+/// requests' latencies from it instead of reading the clock once more for each batch (one
+/// clock read a turn, not one a connection;
+/// docs/decisions/0007-no-allocation-and-one-clock-read-a-request.md). `None` on other threads.
+pub(crate) fn turn_started() -> Option<Instant> {
+    TURN_STARTED.with(std::cell::Cell::get)
+}
+
+/// One connection thread's loop (see the module doc).
+pub(super) fn run(
+    shared: Arc<Shared>,
+    ring: IoUring,
+    multishot: bool,
+    persist: Option<Arc<cairn_persist::Persistence>>,
+) -> io::Result<()> {
+    READY.with(|r| r.borrow_mut().owner = Arc::as_ptr(&shared) as usize);
+    // Multishot receives on a kernel that has them (see `new_ring`) and lets the buffer
+    // ring be registered; single-shot receives otherwise.
+    let bufs = if !multishot || std::env::var_os(SINGLE_SHOT_FOR_TESTS).is_some() {
+        None
+    } else {
+        BufRing::register(&ring).ok()
+    };
+    // A sparse table of registered files for the thread's sockets (kernels from 5.19), as
+    // large as the descriptor limit allows.
+    let fixed_files = fixed_file_slots();
+    let fixed = (fixed_files > 0 && ring.submitter().register_files_sparse(fixed_files).is_ok())
+        .then(|| (0..fixed_files).rev().collect());
+    DRIVER.with(|d| {
+        *d.borrow_mut() = Some(Driver {
+            ring,
+            slots: Vec::new(),
+            free: Vec::new(),
+            bufs,
+            fixed,
+        })
+    });
+    // The eventfd read, always pending: another thread's wake completes it. Its 8 bytes
+    // are leaked: the kernel may still write them while the ring is torn down.
+    let counter: &'static mut u64 = Box::leak(Box::new(0u64));
+    let eventfd_read = opcode::Read::new(
+        types::Fd(shared.eventfd.as_raw_fd()),
+        (counter as *mut u64).cast(),
+        8,
+    )
+    .build()
+    .user_data(EVENTFD);
+    with_driver(|d| d.push(&eventfd_read))?;
+    cairn_flash::lend_thread_ring(Box::new(FlashReads));
+    // The requests' waits for the log's safe mark, and the one registration they share.
+    if persist.is_some() {
+        SAFE_WAITS.with(|w| *w.borrow_mut() = Some(SafeWaits::default()));
+    }
+    let mark_waker = Waker::from(Arc::new(MarkWaker(Arc::clone(&shared))));
+    let mut watch: SafeWatch<'_> = None;
+    let mut tasks: Vec<Option<Task>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut this_turn: Vec<usize> = Vec::new();
+    let mut completions: Vec<(u64, i32, u32)> = Vec::new();
+    // The tasks a turn's completions wake; kept with its room (one allocation a turn
+    // otherwise: about 1% of a SYNC set's server CPU, docs/decisions/0013-the-waiter-registry.md).
+    let mut wakers: Vec<Waker> = Vec::new();
+    let mut turn = 0u64;
+    let mut gate = std::env::var_os(NO_TURN_YIELD_FOR_AB)
+        .is_none()
+        .then(YieldGate::default);
+    let result = loop {
+        turn += 1;
+        TURN_STARTED.with(|t| t.set(Some(Instant::now())));
+        let (jobs, mark_moved, stop) = {
+            let mut inbox = shared.inbox.lock();
+            this_turn.append(&mut inbox.woken);
+            let moved = std::mem::take(&mut inbox.mark_moved);
+            (std::mem::take(&mut inbox.jobs), moved, inbox.stop)
+        };
+        if stop {
+            break Ok(());
+        }
+        if let Some(p) = &persist {
+            settle_safe_waits(p, &mut watch, &mark_waker, mark_moved);
+        }
+        for job in jobs {
+            let id = free.pop().unwrap_or_else(|| {
+                tasks.push(None);
+                tasks.len() - 1
+            });
+            let waker = Waker::from(Arc::new(TaskWaker {
+                id,
+                shared: Arc::clone(&shared),
+            }));
+            tasks[id] = Some(Task {
+                future: job(),
+                waker,
+                turn: 0,
+            });
+            this_turn.push(id);
+        }
+        READY.with(|r| this_turn.append(&mut r.borrow_mut().ids));
+        // Two passes at most: the woken tasks, then (async mode) the ones this turn's log
+        // write acknowledged, so that their replies enter the ring in this same turn instead
+        // of costing another `io_uring_enter`.
+        let mut polled = 0usize;
+        for pass in 0..2 {
+            for id in this_turn.drain(..) {
+                let Some(Some(task)) = tasks.get_mut(id) else {
+                    continue;
+                };
+                if task.turn == turn {
+                    continue;
+                }
+                task.turn = turn;
+                polled += 1;
+                let mut cx = Context::from_waker(&task.waker);
+                if task.future.as_mut().poll(&mut cx).is_ready() {
+                    // Dropped here, outside any borrow of the driver: its ops are cancelled.
+                    tasks[id] = None;
+                    free.push(id);
+                }
+            }
+            // The log records the requests appended go to the kernel now (async mode; a
+            // no-op otherwise); the requests waiting for them are woken locally. After the
+            // last pass too: a thread never sleeps on records it appended.
+            let Some(p) = &persist else { break };
+            p.write_ready();
+            settle_safe_waits(p, &mut watch, &mark_waker, false);
+            if pass == 1 {
+                break;
+            }
+            READY.with(|r| this_turn.append(&mut r.borrow_mut().ids));
+            if this_turn.is_empty() {
+                break;
+            }
+            turn += 1;
+        }
+        // A turn that answered connections sends its replies now and yields the core once
+        // before it reaps the next completions, so that the clients its replies woke run and
+        // the next turn finds more requests: beside the suite's load generator that took
+        // p99 (and mostly CPU per op) down. But the kernel's scheduler (EEVDF) moves a
+        // yielding thread's deadline back by a time slice at each yield, so beside processes
+        // that are often runnable (rpc-perf's threads) a yield every turn lost the server
+        // most of its share of the core (19K instead of 49K of 60K requests/s offered). So
+        // the yield is gated: only while yields come back quickly (`YieldGate`;
+        // docs/decisions/0006-a-gated-yield-after-each-turn.md).
+        let yield_now = polled > 0
+            && gate
+                .as_mut()
+                .is_some_and(|g| g.open(std::time::Instant::now));
+        if yield_now {
+            let queued = with_driver(|d| !d.ring.submission().is_empty());
+            if queued {
+                match with_driver(|d| d.ring.submit()) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                    Err(e) => break Err(e),
+                }
+            }
+            let t0 = std::time::Instant::now();
+            // SAFETY: takes no arguments and touches no memory of ours.
+            unsafe { libc::sched_yield() };
+            if let Some(g) = gate.as_mut() {
+                let t1 = std::time::Instant::now();
+                g.yielded(t1 - t0, t1);
+            }
+        }
+        let more = READY.with(|r| !r.borrow().ids.is_empty());
+        let entered = if more {
+            with_driver(|d| d.ring.submit())
+        } else {
+            shared.sleeping.store(true, SeqCst);
+            let pending = {
+                let inbox = shared.inbox.lock();
+                !inbox.woken.is_empty() || !inbox.jobs.is_empty() || inbox.mark_moved || inbox.stop
+            };
+            let r = if pending {
+                with_driver(|d| d.ring.submit())
+            } else {
+                with_driver(|d| d.ring.submit_and_wait(1))
+            };
+            shared.sleeping.store(false, SeqCst);
+            r
+        };
+        match entered {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => break Err(e),
+        }
+        // Reap, then wake outside the driver's borrow.
+        let rearm = with_driver(|d| {
+            completions.extend(
+                d.ring
+                    .completion()
+                    .map(|c| (c.user_data(), c.result(), c.flags())),
+            );
+            let mut rearm = false;
+            for (data, res, flags) in completions.drain(..) {
+                match data {
+                    EVENTFD => rearm = true,
+                    CANCEL => {}
+                    r if r & RELEASE != 0 => {
+                        // Emptied (or already empty): the slot can take another socket.
+                        if let Some(free) = d.fixed.as_mut() {
+                            free.push((r & !RELEASE) as u32);
+                        }
+                    }
+                    id => wakers.extend(d.complete(id as usize, res, flags)),
+                }
+            }
+            rearm
+        });
+        for w in wakers.drain(..) {
+            w.wake();
+        }
+        if rearm {
+            with_driver(|d| d.push(&eventfd_read))?;
+        }
+    };
+    // Tasks left (none after a graceful stop) are dropped with their ops cancelled; the ring
+    // goes with the thread, and the kernel cancels whatever is still in flight. Buffers of
+    // ops not reported done yet are leaked rather than freed under the kernel.
+    drop(tasks);
+    if let Some(d) = DRIVER.with(|d| d.borrow_mut().take()) {
+        drop(d.ring);
+        std::mem::forget(d.slots);
+        std::mem::forget(d.bufs);
+    }
+    result
+}
+
+/// How many registered file slots a ring gets: the descriptor limit bounds the table.
+fn fixed_file_slots() -> u32 {
+    if std::env::var_os(NO_FIXED_FILES_FOR_AB).is_some() {
+        return 0;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a live struct of ours.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 0;
+    }
+    let cap = std::env::var(FIXED_FILES_FOR_TESTS)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(FIXED_FILES_MAX);
+    limit.rlim_cur.min(FIXED_FILES_MAX).min(cap) as u32
+}
