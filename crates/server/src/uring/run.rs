@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Instant;
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 
 use super::buffers::BufRing;
 use super::driver::{with_driver, Driver, CANCEL, DRIVER, EVENTFD, FIXED_FILES_MAX, RELEASE};
-use super::executor::{Shared, Task, TaskWaker, READY};
+use super::executor::{Job, Shared, Task, TaskWaker, READY};
 use super::flash_reads::FlashReads;
 use super::waits::{settle_safe_waits, MarkWaker, SafeWaits, SafeWatch, SAFE_WAITS};
 use super::yield_gate::YieldGate;
@@ -55,7 +55,8 @@ pub(crate) fn turn_started() -> Option<Instant> {
     TURN_STARTED.with(std::cell::Cell::get)
 }
 
-/// One connection thread's loop (see the module doc).
+/// One connection thread's loop (see the module doc): the ring set up, then turns until the
+/// pool stops, then the ring torn down. Each turn's steps are [`Turns`]' methods, in order.
 pub(super) fn run(
     shared: Arc<Shared>,
     ring: IoUring,
@@ -63,6 +64,54 @@ pub(super) fn run(
     persist: Option<Arc<cairn_persist::Persistence>>,
 ) -> io::Result<()> {
     READY.with(|r| r.borrow_mut().owner = Arc::as_ptr(&shared) as usize);
+    let eventfd_read = install_ring(&shared, ring, multishot)?;
+    cairn_flash::lend_thread_ring(Box::new(FlashReads));
+    // The requests' waits for the log's safe mark, and the one registration they share.
+    if persist.is_some() {
+        SAFE_WAITS.with(|w| *w.borrow_mut() = Some(SafeWaits::default()));
+    }
+    let mut turns = Turns {
+        mark_waker: Waker::from(Arc::new(MarkWaker(Arc::clone(&shared)))),
+        shared,
+        persist: persist.as_deref(),
+        watch: None,
+        tasks: Vec::new(),
+        free: Vec::new(),
+        this_turn: Vec::new(),
+        completions: Vec::new(),
+        wakers: Vec::new(),
+        turn: 0,
+        gate: std::env::var_os(NO_TURN_YIELD_FOR_AB)
+            .is_none()
+            .then(YieldGate::default),
+    };
+    let result = loop {
+        turns.turn += 1;
+        TURN_STARTED.with(|t| t.set(Some(Instant::now())));
+        let Some((jobs, mark_moved)) = turns.take_inbox() else {
+            break Ok(());
+        };
+        turns.settle_safe_waits(mark_moved);
+        turns.start_tasks(jobs);
+        let polled = turns.poll_ready_tasks();
+        if let Err(e) = turns.yield_after_answering(polled) {
+            break Err(e);
+        }
+        if let Err(e) = turns.enter_ring() {
+            break Err(e);
+        }
+        if turns.reap_and_wake() {
+            with_driver(|d| d.push(&eventfd_read))?;
+        }
+    };
+    tear_down(turns.tasks);
+    result
+}
+
+/// Makes the thread's [`Driver`] from `ring`: provided buffers for multishot receives where
+/// the kernel has them (`multishot`, see `new_ring`), a registered file table, and the
+/// eventfd read queued; returns that read's entry, queued again each time it completes.
+fn install_ring(shared: &Shared, ring: IoUring, multishot: bool) -> io::Result<squeue::Entry> {
     // Multishot receives on a kernel that has them (see `new_ring`) and lets the buffer
     // ring be registered; single-shot receives otherwise.
     let bufs = if !multishot || std::env::var_os(SINGLE_SHOT_FOR_TESTS).is_some() {
@@ -95,39 +144,68 @@ pub(super) fn run(
     .build()
     .user_data(EVENTFD);
     with_driver(|d| d.push(&eventfd_read))?;
-    cairn_flash::lend_thread_ring(Box::new(FlashReads));
-    // The requests' waits for the log's safe mark, and the one registration they share.
-    if persist.is_some() {
-        SAFE_WAITS.with(|w| *w.borrow_mut() = Some(SafeWaits::default()));
-    }
-    let mark_waker = Waker::from(Arc::new(MarkWaker(Arc::clone(&shared))));
-    let mut watch: SafeWatch<'_> = None;
-    let mut tasks: Vec<Option<Task>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut this_turn: Vec<usize> = Vec::new();
-    let mut completions: Vec<(u64, i32, u32)> = Vec::new();
-    // The tasks a turn's completions wake; kept with its room (one allocation a turn
-    // otherwise: about 1% of a SYNC set's server CPU, docs/decisions/0013-the-waiter-registry.md).
-    let mut wakers: Vec<Waker> = Vec::new();
-    let mut turn = 0u64;
-    let mut gate = std::env::var_os(NO_TURN_YIELD_FOR_AB)
-        .is_none()
-        .then(YieldGate::default);
-    let result = loop {
-        turn += 1;
-        TURN_STARTED.with(|t| t.set(Some(Instant::now())));
+    Ok(eventfd_read)
+}
+
+/// A connection thread's state from one turn to the next. Its methods are the steps of a
+/// turn, in the order `run` calls them; each is `#[inline(always)]`: they are one loop, split
+/// to be read, and compile to the one function they were.
+struct Turns<'p> {
+    /// The thread's side that other threads see: its inbox and whether it sleeps.
+    shared: Arc<Shared>,
+    /// The log, when persistence is on: its records are written here once a turn (async mode).
+    persist: Option<&'p cairn_persist::Persistence>,
+    /// Wakes the thread when the log's safe mark moves for its waiting requests (`waits.rs`).
+    mark_waker: Waker,
+    /// The thread's one registration in the log's waiter registry.
+    watch: SafeWatch<'p>,
+    /// The connections' tasks by id; `None` once a task ended (its id is then in `free`).
+    tasks: Vec<Option<Task>>,
+    /// Ids of ended tasks, taken again by new ones.
+    free: Vec<usize>,
+    /// The tasks to poll in this turn (woken since the last one, or new).
+    this_turn: Vec<usize>,
+    /// The completions of a turn, copied out of the ring before they are handled.
+    completions: Vec<(u64, i32, u32)>,
+    /// The tasks a turn's completions wake; kept with its room (one allocation a turn
+    /// otherwise: about 1% of a SYNC set's server CPU, docs/decisions/0013-the-waiter-registry.md).
+    wakers: Vec<Waker>,
+    /// The turn's number (a task is polled at most once a turn; a second pass counts as a turn).
+    turn: u64,
+    /// Whether a turn may end with a yield; `None`: never.
+    gate: Option<YieldGate>,
+}
+
+impl Turns<'_> {
+    /// Takes what other threads handed over: the tasks they woke join this turn's; returns the
+    /// new connections' jobs and whether the log's safe mark moved, or `None` to stop.
+    #[inline(always)]
+    fn take_inbox(&mut self) -> Option<(Vec<Job>, bool)> {
         let (jobs, mark_moved, stop) = {
-            let mut inbox = shared.inbox.lock();
-            this_turn.append(&mut inbox.woken);
+            let mut inbox = self.shared.inbox.lock();
+            self.this_turn.append(&mut inbox.woken);
             let moved = std::mem::take(&mut inbox.mark_moved);
             (std::mem::take(&mut inbox.jobs), moved, inbox.stop)
         };
         if stop {
-            break Ok(());
+            return None;
         }
-        if let Some(p) = &persist {
-            settle_safe_waits(p, &mut watch, &mark_waker, mark_moved);
+        Some((jobs, mark_moved))
+    }
+
+    /// Wakes the requests whose writes are safe now (`waits.rs`); `mark_moved`: the thread's
+    /// registration was woken from another thread.
+    #[inline(always)]
+    fn settle_safe_waits(&mut self, mark_moved: bool) {
+        if let Some(p) = self.persist {
+            settle_safe_waits(p, &mut self.watch, &self.mark_waker, mark_moved);
         }
+    }
+
+    /// Makes a task of each new connection, to be polled in this turn.
+    #[inline(always)]
+    fn start_tasks(&mut self, jobs: Vec<Job>) {
+        let (tasks, free) = (&mut self.tasks, &mut self.free);
         for job in jobs {
             let id = free.pop().unwrap_or_else(|| {
                 tasks.push(None);
@@ -135,15 +213,31 @@ pub(super) fn run(
             });
             let waker = Waker::from(Arc::new(TaskWaker {
                 id,
-                shared: Arc::clone(&shared),
+                shared: Arc::clone(&self.shared),
             }));
             tasks[id] = Some(Task {
                 future: job(),
                 waker,
                 turn: 0,
             });
-            this_turn.push(id);
+            self.this_turn.push(id);
         }
+    }
+
+    /// Polls the tasks woken since the last turn, once each, and writes the log records they
+    /// appended; returns how many it polled.
+    #[inline(always)]
+    fn poll_ready_tasks(&mut self) -> usize {
+        let Turns {
+            persist,
+            mark_waker,
+            watch,
+            tasks,
+            free,
+            this_turn,
+            turn,
+            ..
+        } = self;
         READY.with(|r| this_turn.append(&mut r.borrow_mut().ids));
         // Two passes at most: the woken tasks, then (async mode) the ones this turn's log
         // write acknowledged, so that their replies enter the ring in this same turn instead
@@ -154,10 +248,10 @@ pub(super) fn run(
                 let Some(Some(task)) = tasks.get_mut(id) else {
                     continue;
                 };
-                if task.turn == turn {
+                if task.turn == *turn {
                     continue;
                 }
-                task.turn = turn;
+                task.turn = *turn;
                 polled += 1;
                 let mut cx = Context::from_waker(&task.waker);
                 if task.future.as_mut().poll(&mut cx).is_ready() {
@@ -169,9 +263,9 @@ pub(super) fn run(
             // The log records the requests appended go to the kernel now (async mode; a
             // no-op otherwise); the requests waiting for them are woken locally. After the
             // last pass too: a thread never sleeps on records it appended.
-            let Some(p) = &persist else { break };
+            let Some(p) = *persist else { break };
             p.write_ready();
-            settle_safe_waits(p, &mut watch, &mark_waker, false);
+            settle_safe_waits(p, watch, mark_waker, false);
             if pass == 1 {
                 break;
             }
@@ -179,8 +273,15 @@ pub(super) fn run(
             if this_turn.is_empty() {
                 break;
             }
-            turn += 1;
+            *turn += 1;
         }
+        polled
+    }
+
+    /// After a turn that answered connections (`polled` > 0): sends the replies now and yields
+    /// the core once, if the gate is open.
+    #[inline(always)]
+    fn yield_after_answering(&mut self, polled: usize) -> io::Result<()> {
         // A turn that answered connections sends its replies now and yields the core once
         // before it reaps the next completions, so that the clients its replies woke run and
         // the next turn finds more requests: beside the suite's load generator that took
@@ -190,6 +291,7 @@ pub(super) fn run(
         // most of its share of the core (19K instead of 49K of 60K requests/s offered). So
         // the yield is gated: only while yields come back quickly (`YieldGate`;
         // docs/decisions/0006-a-gated-yield-after-each-turn.md).
+        let gate = &mut self.gate;
         let yield_now = polled > 0
             && gate
                 .as_mut()
@@ -197,12 +299,7 @@ pub(super) fn run(
         if yield_now {
             let queued = with_driver(|d| !d.ring.submission().is_empty());
             if queued {
-                match with_driver(|d| d.ring.submit()) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                    Err(e) => break Err(e),
-                }
+                entered(with_driver(|d| d.ring.submit()))?;
             }
             let t0 = std::time::Instant::now();
             // SAFETY: takes no arguments and touches no memory of ours.
@@ -212,8 +309,16 @@ pub(super) fn run(
                 g.yielded(t1 - t0, t1);
             }
         }
+        Ok(())
+    }
+
+    /// One `io_uring_enter`: submits what the turn queued, and waits for a completion unless a
+    /// task is ready or something waits in the inbox.
+    #[inline(always)]
+    fn enter_ring(&self) -> io::Result<()> {
+        let shared = &self.shared;
         let more = READY.with(|r| !r.borrow().ids.is_empty());
-        let entered = if more {
+        let entered_ring = if more {
             with_driver(|d| d.ring.submit())
         } else {
             shared.sleeping.store(true, SeqCst);
@@ -229,12 +334,14 @@ pub(super) fn run(
             shared.sleeping.store(false, SeqCst);
             r
         };
-        match entered {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-            Err(e) => break Err(e),
-        }
+        entered(entered_ring)
+    }
+
+    /// Reaps the completions and wakes their tasks; returns whether the eventfd read completed
+    /// (it must be queued again).
+    #[inline(always)]
+    fn reap_and_wake(&mut self) -> bool {
+        let (completions, wakers) = (&mut self.completions, &mut self.wakers);
         // Reap, then wake outside the driver's borrow.
         let rearm = with_driver(|d| {
             completions.extend(
@@ -261,10 +368,24 @@ pub(super) fn run(
         for w in wakers.drain(..) {
             w.wake();
         }
-        if rearm {
-            with_driver(|d| d.push(&eventfd_read))?;
-        }
-    };
+        rearm
+    }
+}
+
+/// An `io_uring_enter`'s result: interrupted (EINTR) or busy (EBUSY: completions must be
+/// reaped first) is no error, the next turn enters again.
+#[inline(always)]
+fn entered(r: io::Result<usize>) -> io::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// After the last turn.
+fn tear_down(tasks: Vec<Option<Task>>) {
     // Tasks left (none after a graceful stop) are dropped with their ops cancelled; the ring
     // goes with the thread, and the kernel cancels whatever is still in flight. Buffers of
     // ops not reported done yet are leaked rather than freed under the kernel.
@@ -274,7 +395,6 @@ pub(super) fn run(
         std::mem::forget(d.slots);
         std::mem::forget(d.bufs);
     }
-    result
 }
 
 /// How many registered file slots a ring gets: the descriptor limit bounds the table.
