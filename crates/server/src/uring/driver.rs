@@ -44,10 +44,6 @@ pub fn available() -> io::Result<()> {
     })
 }
 
-/// For tests: when set, making a connection thread's ring fails as in a sandbox that forbids
-/// io_uring (EPERM), so that the fallback to the tokio engine can be tested anywhere.
-pub const REFUSE_FOR_TESTS: &str = "CAIRN_TEST_REFUSE_IO_URING";
-
 /// A connection thread's ring, made on that thread. Single issuer with deferred task work:
 /// the kernel completes this ring's receives and sends only when the thread enters the ring
 /// to wait or submit, instead of interrupting it (an IPI and a task-work run) whenever a
@@ -55,7 +51,9 @@ pub const REFUSE_FOR_TESTS: &str = "CAIRN_TEST_REFUSE_IO_URING";
 /// run. A kernel older than 6.1 refuses these flags: a plain ring then, and `false` (no
 /// multishot receives either: they came in 6.0, provided buffer rings in 5.19).
 pub(super) fn new_ring() -> io::Result<(IoUring, bool)> {
-    if std::env::var_os(REFUSE_FOR_TESTS).is_some() {
+    // A test switch: fails as in a sandbox that forbids io_uring.
+    #[cfg(feature = "test-hooks")]
+    if crate::test_hooks::refuse_io_uring() {
         return Err(io::Error::from_raw_os_error(libc::EPERM));
     }
     IoUring::builder()

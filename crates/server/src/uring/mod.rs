@@ -61,12 +61,10 @@ mod socket;
 mod waits;
 mod yield_gate;
 
-pub use driver::{available, REFUSE_FOR_TESTS};
+pub use driver::available;
 pub use executor::Job;
 pub use pool::Pool;
 pub(crate) use run::turn_started;
-pub use run::{
-    FIXED_FILES_FOR_TESTS, NO_FIXED_FILES_FOR_AB, NO_TURN_YIELD_FOR_AB, SINGLE_SHOT_FOR_TESTS,
-};
+pub use run::{NO_FIXED_FILES_FOR_AB, NO_TURN_YIELD_FOR_AB};
 pub use socket::Socket;
 pub(crate) use waits::until_safe;

@@ -26,17 +26,9 @@ use super::flash_reads::FlashReads;
 use super::waits::{settle_safe_waits, MarkWaker, SafeWaits, SafeWatch, SAFE_WAITS};
 use super::yield_gate::YieldGate;
 
-/// For tests and A/B runs: when set, each read is a single-shot receive into the connection's
-/// own buffer (as on a kernel without provided buffer rings) instead of a multishot receive.
-pub const SINGLE_SHOT_FOR_TESTS: &str = "CAIRN_TEST_SINGLE_SHOT_RECV";
-
 /// For A/B runs: when set, sockets are used by descriptor, not through the ring's registered
 /// file table.
 pub const NO_FIXED_FILES_FOR_AB: &str = "CAIRN_AB_NO_FIXED_FILES";
-
-/// For tests: a smaller registered file table per ring (this many slots), so that a test
-/// can fill it and see the slots of ended connections reused.
-pub const FIXED_FILES_FOR_TESTS: &str = "CAIRN_TEST_FIXED_FILES";
 
 /// For A/B runs only: when set, no turn ends with a yield (see `run` and `YieldGate`).
 pub const NO_TURN_YIELD_FOR_AB: &str = "CAIRN_AB_NO_TURN_YIELD";
@@ -113,8 +105,10 @@ pub(super) fn run(
 /// eventfd read queued; returns that read's entry, queued again each time it completes.
 fn install_ring(shared: &Shared, ring: IoUring, multishot: bool) -> io::Result<squeue::Entry> {
     // Multishot receives on a kernel that has them (see `new_ring`) and lets the buffer
-    // ring be registered; single-shot receives otherwise.
-    let bufs = if !multishot || std::env::var_os(SINGLE_SHOT_FOR_TESTS).is_some() {
+    // ring be registered; single-shot receives otherwise (or under a test switch).
+    #[cfg(feature = "test-hooks")]
+    let multishot = multishot && !crate::test_hooks::single_shot_recv();
+    let bufs = if !multishot {
         None
     } else {
         BufRing::register(&ring).ok()
@@ -410,9 +404,9 @@ fn fixed_file_slots() -> u32 {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return 0;
     }
-    let cap = std::env::var(FIXED_FILES_FOR_TESTS)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(FIXED_FILES_MAX);
+    let cap = FIXED_FILES_MAX;
+    // A test switch: a smaller table.
+    #[cfg(feature = "test-hooks")]
+    let cap = crate::test_hooks::fixed_files().unwrap_or(cap);
     limit.rlim_cur.min(FIXED_FILES_MAX).min(cap) as u32
 }
