@@ -29,6 +29,12 @@ pub struct Config {
     /// and under -Z (TLS runs on tokio's streams).
     #[arg(long = "io-engine")]
     pub io_engine: String,
+    /// io_uring engine: a turn that answered connections yields the core once, so that the
+    /// clients its replies woke run and the next turn finds more requests; the yield pauses
+    /// while yields come back slowly (busy neighbours). false: never yield
+    /// (docs/decisions/0006-a-gated-yield-after-each-turn.md).
+    #[arg(long)]
+    pub uring_turn_yield: bool,
     /// Most simultaneous client connections (memcached `-c`); more are refused politely.
     #[arg(short = 'c', long = "max-connections")]
     pub max_connections: usize,
@@ -226,6 +232,7 @@ impl Default for Config {
             listen: "127.0.0.1".to_string(),
             threads: 0,
             io_engine: DEFAULT_IO_ENGINE.to_string(),
+            uring_turn_yield: true,
             max_connections: 1024,
             memory_limit_mb: 64,
             disable_evictions: false,

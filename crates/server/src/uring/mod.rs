@@ -65,6 +65,5 @@ pub use driver::available;
 pub use executor::Job;
 pub use pool::Pool;
 pub(crate) use run::turn_started;
-pub use run::{NO_FIXED_FILES_FOR_AB, NO_TURN_YIELD_FOR_AB};
 pub use socket::Socket;
 pub(crate) use waits::until_safe;

@@ -30,11 +30,13 @@ impl Pool {
     /// made (io_uring unavailable). `runtime` is entered by every thread (see the module doc).
     /// With persistence, each thread writes the log's pending records itself once per turn in
     /// async mode (`Persistence::write_ready`, as tokio's engine does before it parks), so
-    /// that its connections' writes do not wake the log's syncer thread.
+    /// that its connections' writes do not wake the log's syncer thread. `turn_yield`: a turn
+    /// that answered connections may end with a yield of the core (`uring_turn_yield`).
     pub fn start(
         n: usize,
         runtime: tokio::runtime::Handle,
         persist: Option<Arc<cairn_persist::Persistence>>,
+        turn_yield: bool,
     ) -> io::Result<Pool> {
         let mut threads = Vec::new();
         for i in 0..n.max(1) {
@@ -73,7 +75,7 @@ impl Pool {
                         cairn_persist::writes_before_sleeping();
                     }
                     let (ring, recent) = ring;
-                    if let Err(e) = run(s, ring, recent, persist) {
+                    if let Err(e) = run(s, ring, recent, persist, turn_yield) {
                         tracing::error!("io_uring connection thread stopped: {e}");
                     }
                 })?;

@@ -26,13 +26,6 @@ use super::flash_reads::FlashReads;
 use super::waits::{settle_safe_waits, MarkWaker, SafeWaits, SafeWatch, SAFE_WAITS};
 use super::yield_gate::YieldGate;
 
-/// For A/B runs: when set, sockets are used by descriptor, not through the ring's registered
-/// file table.
-pub const NO_FIXED_FILES_FOR_AB: &str = "CAIRN_AB_NO_FIXED_FILES";
-
-/// For A/B runs only: when set, no turn ends with a yield (see `run` and `YieldGate`).
-pub const NO_TURN_YIELD_FOR_AB: &str = "CAIRN_AB_NO_TURN_YIELD";
-
 thread_local! {
     /// When the thread's current turn began polling its tasks (see [`turn_started`]).
     static TURN_STARTED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
@@ -49,11 +42,13 @@ pub(crate) fn turn_started() -> Option<Instant> {
 
 /// One connection thread's loop (see the module doc): the ring set up, then turns until the
 /// pool stops, then the ring torn down. Each turn's steps are [`Turns`]' methods, in order.
+/// `turn_yield`: a turn that answered connections may end with a yield (`uring_turn_yield`).
 pub(super) fn run(
     shared: Arc<Shared>,
     ring: IoUring,
     multishot: bool,
     persist: Option<Arc<cairn_persist::Persistence>>,
+    turn_yield: bool,
 ) -> io::Result<()> {
     READY.with(|r| r.borrow_mut().owner = Arc::as_ptr(&shared) as usize);
     let eventfd_read = install_ring(&shared, ring, multishot)?;
@@ -73,9 +68,7 @@ pub(super) fn run(
         completions: Vec::new(),
         wakers: Vec::new(),
         turn: 0,
-        gate: std::env::var_os(NO_TURN_YIELD_FOR_AB)
-            .is_none()
-            .then(YieldGate::default),
+        gate: turn_yield.then(YieldGate::default),
     };
     let result = loop {
         turns.turn += 1;
@@ -393,9 +386,6 @@ fn tear_down(tasks: Vec<Option<Task>>) {
 
 /// How many registered file slots a ring gets: the descriptor limit bounds the table.
 fn fixed_file_slots() -> u32 {
-    if std::env::var_os(NO_FIXED_FILES_FOR_AB).is_some() {
-        return 0;
-    }
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
