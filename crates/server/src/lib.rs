@@ -13,6 +13,7 @@
 //! Shared state is one [`Ctx`]: the store, the settings, the counters. Shutdown: a watch
 //! channel tells the accept loop and every connection to stop after the requests in hand.
 
+pub mod accept_backoff;
 pub mod access;
 pub mod cluster;
 pub mod cmd;
