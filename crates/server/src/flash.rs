@@ -18,20 +18,11 @@ use cairn_proto::{MetaCmd, Request};
 
 use crate::Ctx;
 
-/// A test switch, not a setting (an environment variable `--help` does not show): `1` makes
-/// RAM eviction wait for a flash writer that is behind instead of dropping items
-/// (`FlashConfig::wait_for_writer`), so that tests on a busy machine can expect every item.
-pub const TEST_WAIT_FOR_WRITER_ENV: &str = "CAIRN_TEST_FLASH_WAIT_FOR_WRITER";
-
 /// Opens the tier, logging which read engine it uses; the error names the path and reason.
 /// `keep`: persistence is on, so what the last checkpoint named may be trusted again.
-pub fn open(mut config: FlashConfig, keep: bool) -> Result<Arc<Flash>, String> {
-    if std::env::var_os(TEST_WAIT_FOR_WRITER_ENV).is_some_and(|v| v == "1") {
-        tracing::warn!(
-            "{TEST_WAIT_FOR_WRITER_ENV}=1: eviction waits for the flash writer (a test switch)"
-        );
-        config.wait_for_writer = true;
-    }
+pub fn open(config: FlashConfig, keep: bool) -> Result<Arc<Flash>, String> {
+    #[cfg(feature = "test-hooks")]
+    let config = crate::test_hooks::flash_config(config);
     let path = config.path.display().to_string();
     let flash =
         Flash::open_keeping(config.clone(), keep).map_err(|e| format!("refusing to start: {e}"))?;

@@ -13,6 +13,7 @@
 //! Shared state is one [`Ctx`]: the store, the settings, the counters. Shutdown: a watch
 //! channel tells the accept loop and every connection to stop after the requests in hand.
 
+pub mod accept_backoff;
 pub mod access;
 pub mod cluster;
 pub mod cmd;
@@ -24,6 +25,8 @@ pub mod grpc;
 pub mod metrics;
 pub mod server;
 pub mod stats;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 pub mod transport;
 pub mod uring;
 
@@ -35,11 +38,6 @@ use cairn_persist::{Mode, PersistConfig, Persistence};
 use cairn_store::Store;
 
 pub use config::Config;
-
-/// A test switch of [`Ctx::open`]: a slow log disk.
-pub const TEST_SYNC_DELAY_ENV: &str = "CAIRN_TEST_LOG_SYNC_DELAY_MS";
-/// A test switch of [`Ctx::open`]: a smaller bound for the log bytes waiting for the disk.
-pub const TEST_PENDING_KIB_ENV: &str = "CAIRN_TEST_LOG_PENDING_KIB";
 
 /// The version reported by `version` and `stats`.
 pub const VERSION: &str = concat!("1.6.21-cairn-", env!("CARGO_PKG_VERSION"));
@@ -103,39 +101,20 @@ fn shard_count(memory_limit_mb: u64) -> usize {
 
 impl Ctx {
     /// Builds the shared state from settings, recovering the store from disk unless
-    /// persistence is off. Blocking: call it before serving.
-    ///
-    /// Test switches, not settings (environment variables that `--help` does not show), for
-    /// the tests that check a slow or hung log disk never holds up reads:
-    /// `CAIRN_TEST_LOG_SYNC_DELAY_MS=N` makes every fdatasync of the log (and every durable
-    /// write) take N ms longer once recovery is done, on the real file system
-    /// (`cairn_wal::DelayedSyncFs`); `CAIRN_TEST_LOG_PENDING_KIB=N` bounds the log bytes that
-    /// wait for the disk at N KiB instead of 16 MiB, so a test fills the bound quickly.
+    /// persistence is off. Blocking: call it before serving. Built with the `test-hooks`
+    /// feature, the log's disk may be made slow by a test switch
+    /// (`test_hooks::open_log_disk`).
     pub fn open(config: Config) -> Result<Arc<Ctx>, String> {
         start_clock().map_err(|e| format!("refusing to start: {e}"))?;
-        let env = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|v| {
-                    v.parse::<u64>()
-                        .map_err(|_| format!("refusing to start: {name}={v:?}"))
-                })
-                .transpose()
-        };
-        let pending = env(TEST_PENDING_KIB_ENV)?
-            .map_or(cairn_persist::DEFAULT_MAX_PENDING_BYTES, |kib| {
-                (kib as usize) << 10
-            });
-        let Some(ms) = env(TEST_SYNC_DELAY_ENV)? else {
-            return Ctx::open_with(config, Arc::new(cairn_wal::RealFs), pending);
-        };
-        tracing::warn!(
-            "{TEST_SYNC_DELAY_ENV}={ms}: every log fdatasync is delayed (a test switch)"
+        #[cfg(feature = "test-hooks")]
+        let ctx = test_hooks::open_log_disk(|fs, pending| Ctx::open_with(config, fs, pending));
+        #[cfg(not(feature = "test-hooks"))]
+        let ctx = Ctx::open_with(
+            config,
+            Arc::new(cairn_wal::RealFs),
+            cairn_persist::DEFAULT_MAX_PENDING_BYTES,
         );
-        let fs = cairn_wal::DelayedSyncFs::new(Arc::new(cairn_wal::RealFs));
-        let ctx = Ctx::open_with(config, Arc::new(fs.clone()), pending)?;
-        fs.set_delay(std::time::Duration::from_millis(ms));
-        Ok(ctx)
+        ctx
     }
 
     /// [`Ctx::open`] with the snapshots and the log on `fs` (a fault-injecting one in tests).

@@ -199,7 +199,7 @@ fn respond(registry: &Registry, req: &hyper::Request<Incoming>) -> hyper::Respon
 /// Serves the endpoint until the task is dropped.
 pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
     let registry = Arc::new(registry(Arc::clone(&ctx)));
-    let mut backoff = crate::server::AcceptBackoff::default();
+    let mut backoff = crate::accept_backoff::AcceptBackoff::default();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => {

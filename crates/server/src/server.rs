@@ -30,6 +30,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::accept_backoff::AcceptBackoff;
 use crate::stats::bump;
 use crate::{connection, Ctx};
 
@@ -158,7 +159,7 @@ impl Engine {
         let n = ctx.config.worker_threads();
         let runtime = tokio::runtime::Handle::current();
         let engine = match choose_engine(&ctx.config, || {
-            crate::uring::Pool::start(n, runtime, ctx.persist.clone())
+            crate::uring::Pool::start(n, runtime, ctx.persist.clone(), ctx.config.uring_turn_yield)
         }) {
             (Some(pool), _) => Engine::Uring(pool),
             (None, why) => {
@@ -269,36 +270,6 @@ impl Workers {
     /// there (a pending `flush_all <delay>` timer) are dropped with it.
     fn stop(self) {
         let _ = self.stop.send(true);
-    }
-}
-
-/// Waits after a failed accept: 5 ms, doubling up to 1 s while accepts keep failing, so that a
-/// process out of file descriptors neither spins nor takes long to resume once some close.
-#[derive(Debug, Default)]
-pub struct AcceptBackoff {
-    /// The next wait; zero after a successful accept.
-    delay: Duration,
-}
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(5);
-    const MOST: Duration = Duration::from_secs(1);
-
-    /// A successful accept: the next failure waits [`Self::FIRST`] again.
-    pub fn reset(&mut self) {
-        self.delay = Duration::ZERO;
-    }
-
-    /// Counts the failure, logs the first of a run, and sleeps.
-    pub async fn wait(&mut self, ctx: &Ctx, listener: &str, e: &std::io::Error) {
-        bump(&ctx.counters.accept_errors);
-        if self.delay.is_zero() {
-            tracing::warn!("{listener} accept failed, backing off: {e}");
-            self.delay = Self::FIRST;
-        } else {
-            self.delay = (self.delay * 2).min(Self::MOST);
-        }
-        tokio::time::sleep(self.delay).await;
     }
 }
 
