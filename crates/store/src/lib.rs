@@ -18,7 +18,8 @@
 //! Removals the store decides itself, expiry and eviction for good, are mutations too; moves
 //! (second chance, compaction, to flash and back) are not.
 //!
-//! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds).
+//! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds;
+//! [`now_unix`] is the wall clock in that base, defined here once for the crates above).
 
 //! The modules, one concern each:
 //!
@@ -30,8 +31,10 @@
 //!   segment     item memory and the item layout  flash      FlashLoc, the FlashTier seam
 //!   flash_index a shard's flash entries          types      items, mutations, stats
 //!   config      StoreConfig                      error      StoreError
+//!   clock       now_unix, the wall clock (never read by the store itself)
 //! ```
 
+mod clock;
 mod config;
 mod entry;
 mod error;
@@ -45,6 +48,7 @@ mod shard;
 mod store;
 mod types;
 
+pub use clock::now_unix;
 pub use config::StoreConfig;
 pub use entry::Entry;
 pub use error::StoreError;

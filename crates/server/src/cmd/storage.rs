@@ -1,8 +1,10 @@
 //! set, add, replace, append, prepend, cas.
 
+use cairn_engine::{Ack, Tx};
 use cairn_proto::StoreKind;
 use cairn_store::StoreError;
 
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
@@ -29,17 +31,24 @@ pub fn store_error(ctx: &Ctx, e: StoreError) -> &'static [u8] {
 
 /// A `set` refused before its value was read (larger than `-I`): the key's old value goes, as
 /// memcached unlinks it, so that a failed set never leaves stale data readable. Not done once
-/// writes are refused (the log failed).
-pub fn forget(ctx: &Ctx, key: &[u8]) {
-    if ctx.write_refusal().is_none() {
-        ctx.store.entry(key, ctx.now(), |e| e.delete());
+/// writes are refused (the log failed, or this node is a replica). Returns what the reply
+/// waits for.
+pub fn forget(ctx: &Ctx, key: &[u8]) -> Ack {
+    if ctx.engine.refusal().is_some() {
+        return Ack::NONE;
     }
+    let now = ctx.now();
+    let ((), ack) = ctx.engine.apply(|tx| {
+        tx.entry(key, now, |e| e.delete());
+    });
+    ack
 }
 
 /// Applies one storage command and returns its reply line.
 #[allow(clippy::too_many_arguments)]
 pub fn store(
     ctx: &Ctx,
+    tx: &Tx<'_>,
     kind: StoreKind,
     key: &[u8],
     flags: u32,
@@ -50,8 +59,8 @@ pub fn store(
 ) -> &'static [u8] {
     let c = &ctx.counters;
     bump(&c.cmd_set);
-    let exptime = crate::absolute_exptime(exptime, now);
-    let result = ctx.store.entry(key, now, |e| {
+    let exptime = absolute_exptime(exptime, now);
+    let result = tx.entry(key, now, |e| {
         let current = e.peek();
         match kind {
             StoreKind::Set => {
