@@ -17,6 +17,7 @@ use crate::error::WriteError;
 impl Engine {
     /// Why client writes are refused now, if they are: the log failed (an append or an
     /// fdatasync; cheap when it did not: one atomic load), or the replication gate refuses.
+    #[inline]
     pub fn refusal(&self) -> Option<WriteError> {
         let p = self.persist.as_ref()?;
         if let Some(e) = p.write_refusal() {

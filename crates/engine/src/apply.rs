@@ -37,11 +37,13 @@ impl Ack {
     pub const NONE: Ack = Ack(Ticket::NONE);
 
     /// Whether there is nothing to wait for.
+    #[inline]
     pub fn is_empty(self) -> bool {
         self.0.is_empty()
     }
 
     /// Both acks' writes.
+    #[inline]
     pub fn merge(self, other: Ack) -> Ack {
         Ack(self.0.merge(other.0))
     }
@@ -59,6 +61,7 @@ pub struct Tx<'e> {
 impl Tx<'_> {
     /// [`Store::entry`]: runs `f` with exclusive access to one key; its changes join the
     /// write's acknowledgement.
+    #[inline]
     pub fn entry<R>(&self, key: &[u8], now: UnixSecs, f: impl FnOnce(&mut Entry<'_>) -> R) -> R {
         let (r, revision) = self.store.entry_reporting(key, now, f);
         self.keep(revision);
@@ -76,10 +79,12 @@ impl Tx<'_> {
     }
 
     /// The store, for what is not a change of this write (reads, visits, settings).
+    #[inline]
     pub fn store(&self) -> &Store {
         self.store
     }
 
+    #[inline]
     fn keep(&self, revision: Revision) {
         self.revision.set(self.revision.get().max(revision));
     }
@@ -89,6 +94,7 @@ impl Engine {
     /// Runs `f`, a write's store calls, and returns what it returned with the write's [`Ack`]
     /// (to await with [`Engine::acknowledged`] before the reply). Synchronous: call
     /// [`Engine::admit`] and [`Engine::resolve`] before, no lock is held after.
+    #[inline]
     pub fn apply<R>(&self, f: impl FnOnce(&Tx<'_>) -> R) -> (R, Ack) {
         let tx = Tx {
             store: &self.store,

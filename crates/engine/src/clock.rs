@@ -26,6 +26,7 @@ pub struct Clock {
 impl Clock {
     /// The time in unix seconds, as commands, TTLs and last access times use it: the ticked
     /// clock ([`ticked_now_unix`]), not a wall clock read per request.
+    #[inline]
     pub fn now(&self) -> UnixSecs {
         ticked_now_unix().saturating_add(self.ahead_secs.load(Ordering::Relaxed))
     }
@@ -43,6 +44,7 @@ impl Clock {
 /// and a request read it two or three times; this is one relaxed load. Seconds are all
 /// commands need (expiry, last access); latencies keep measuring with `Instant`. Before
 /// [`start_clock`] (a store used without a server) it reads the wall clock.
+#[inline]
 pub fn ticked_now_unix() -> UnixSecs {
     match TICKED.load(Ordering::Relaxed) {
         0 => now_unix(),

@@ -60,37 +60,44 @@ impl Engine {
 
     /// The cache (reads, visits and settings go to it directly; writes go through
     /// [`Engine::apply`]).
+    #[inline]
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 
     /// The command log and checkpoints, if persistence is on.
+    #[inline]
     pub fn persist(&self) -> Option<&Arc<Persistence>> {
         self.persist.as_ref()
     }
 
     /// The flash tier, if one is on.
+    #[inline]
     pub fn flash(&self) -> Option<&Arc<Flash>> {
         self.flash.as_ref()
     }
 
     /// The watch hub, if the gRPC API is on.
+    #[inline]
     pub fn hub(&self) -> Option<&Arc<Hub>> {
         self.hub.as_ref()
     }
 
     /// The persistence mode in force.
+    #[inline]
     pub fn mode(&self) -> Mode {
         self.persist.as_ref().map_or(Mode::Off, |p| p.mode())
     }
 
     /// The time in unix seconds, as every front end's commands, TTLs and last access times
     /// use it (see [`Clock::now`]).
+    #[inline]
     pub fn now(&self) -> UnixSecs {
         self.clock.now()
     }
 
     /// The clock (tests move it ahead).
+    #[inline]
     pub fn clock(&self) -> &Clock {
         &self.clock
     }

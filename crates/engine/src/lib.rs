@@ -31,10 +31,11 @@
 //!
 //! Modules: `engine` ([`Engine`]: what it holds), `admit` (refusal and room), `resolve`
 //! (flash), `apply` ([`Tx`], [`Ack`]), `acknowledge` (the waits), `write` (all of it for one
-//! write), `error`, `clock`.
+//! write), `put` (storing by mode and on a compare: what memcached's set/add/replace/cas and
+//! gRPC's Set share), `error`, `clock`.
 //!
-//! Non-goals: no protocol (the meaning of a memcached or gRPC command stays with its front
-//! end), no I/O of its own (the log is cairn-persist's and cairn-wal's, the device cairn-flash's),
+//! Non-goals: no protocol (replies and the rest of each command's meaning stay with its
+//! front end), no I/O of its own (the log is cairn-persist's and cairn-wal's, the device cairn-flash's),
 //! no opening or recovery (cairn-persist's; the server builds the parts and hands them over).
 
 mod acknowledge;
@@ -43,6 +44,7 @@ mod apply;
 mod clock;
 mod engine;
 mod error;
+mod put;
 mod resolve;
 mod write;
 
@@ -51,6 +53,7 @@ pub use cairn_store::now_unix;
 pub use clock::{start_clock, ticked_now_unix, Clock};
 pub use engine::Engine;
 pub use error::WriteError;
+pub use put::{compare, put, Compare, Mismatch, Put, PutMode};
 
 #[cfg(test)]
 mod tests;

@@ -168,3 +168,49 @@ fn the_replication_gate_refuses_and_withholds() {
     let (_, ack) = engine.apply(|tx| set(tx, "k2", now));
     block_on(engine.durable(ack)).unwrap();
 }
+
+#[test]
+fn put_by_mode_and_compare_as_every_front_end_means_them() {
+    let store = Store::new(
+        StoreConfig {
+            item_size_max_bytes: 1 << 10,
+            ..StoreConfig::default()
+        },
+        None,
+    );
+    let now = 1_000;
+    let at = |mode, value: &[u8]| store.entry(b"k", now, |e| put(e, mode, &[value], 0, 0, None));
+    assert_eq!(at(PutMode::Replace, b"v"), Ok(Put::NotStored));
+    let Ok(Put::Stored(first)) = at(PutMode::Add, b"v") else {
+        panic!("add of a missing key stores")
+    };
+    assert_eq!(at(PutMode::Add, b"w"), Ok(Put::NotStored));
+    assert!(matches!(at(PutMode::Replace, b"w"), Ok(Put::Stored(_))));
+    // Too large: an add or a replace leaves the old value, a set removes it.
+    let big = vec![b'x'; 2 << 10];
+    assert_eq!(
+        at(PutMode::Replace, &big),
+        Err(cairn_store::StoreError::TooLarge)
+    );
+    assert!(store.entry(b"k", now, |e| e.peek().is_some()));
+    assert_eq!(
+        at(PutMode::Set, &big),
+        Err(cairn_store::StoreError::TooLarge)
+    );
+    assert!(store.entry(b"k", now, |e| e.peek().is_none()));
+
+    assert_eq!(compare(Compare::Cas(1), None), Err(Mismatch::Absent));
+    assert_eq!(compare(Compare::Cas(first.cas), Some(&first)), Ok(()));
+    assert_eq!(
+        compare(Compare::Cas(first.cas + 1), Some(&first)),
+        Err(Mismatch::Differs(first.cas))
+    );
+    assert_eq!(
+        compare(Compare::ModRevision(first.mod_revision), Some(&first)),
+        Ok(())
+    );
+    assert_eq!(
+        compare(Compare::ModRevision(first.mod_revision + 7), Some(&first)),
+        Err(Mismatch::Differs(first.mod_revision))
+    );
+}

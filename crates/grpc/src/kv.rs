@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cairn_engine::{Tx, WriteError};
+use cairn_engine::{put, Compare, Mismatch, Put, PutMode, Tx, WriteError};
 use cairn_flash::Promotion;
 use cairn_store::{Item, ItemMeta, ReadOutcome, StoreError};
 use cairn_watch::key_value;
@@ -159,27 +159,22 @@ fn expiry(ttl_seconds: u32, expires_at: u32, now: u32) -> u32 {
     }
 }
 
-/// Checks a compare against the current item (None = there is none).
+/// Checks a compare against the current item (None = there is none): the engine's compare,
+/// as memcached's `cas` and meta `C`.
 fn compare(c: &Option<pb::Compare>, current: Option<&ItemMeta>) -> Result<(), Status> {
     let Some(target) = c.as_ref().and_then(|c| c.target) else {
         return Ok(());
     };
-    let Some(meta) = current else {
-        return Err(Status::not_found("the key does not exist (compare given)"));
+    let (expected, what, want) = match target {
+        Target::Cas(cas) => (Compare::Cas(cas), "the CAS unique", cas),
+        Target::ModRevision(rev) => (Compare::ModRevision(rev), "the mod_revision", rev),
     };
-    match target {
-        Target::Cas(cas) if cas != meta.cas => Err(Status::failed_precondition(format!(
-            "compare failed: the CAS unique is {}, not {cas}",
-            meta.cas
-        ))),
-        Target::ModRevision(rev) if rev != meta.mod_revision => {
-            Err(Status::failed_precondition(format!(
-                "compare failed: the mod_revision is {}, not {rev}",
-                meta.mod_revision
-            )))
+    cairn_engine::compare(expected, current).map_err(|m| match m {
+        Mismatch::Absent => Status::not_found("the key does not exist (compare given)"),
+        Mismatch::Differs(actual) => {
+            Status::failed_precondition(format!("compare failed: {what} is {actual}, not {want}"))
         }
-        _ => Ok(()),
-    }
+    })
 }
 
 /// The gRPC wording of the one write path's refusals and failures (memcached words the
@@ -411,21 +406,22 @@ impl KvService {
                 tx.entry(&req.key, now, |e| {
                     let current = e.peek().map(|(m, _)| m);
                     compare(&req.compare, current.as_ref())?;
-                    match mode {
-                        pb::SetMode::Add if current.is_some() => {
-                            return Err(Status::already_exists("the key exists (mode ADD)"))
+                    // The engine's rule, memcached's set/add/replace: add only when absent,
+                    // replace only when there, and a set refused as too large leaves no
+                    // stale value behind.
+                    let put_mode = match mode {
+                        pb::SetMode::Set => PutMode::Set,
+                        pb::SetMode::Add => PutMode::Add,
+                        pb::SetMode::Replace => PutMode::Replace,
+                    };
+                    match put(e, put_mode, &[&req.value], req.flags, exptime, None) {
+                        Ok(Put::Stored(meta)) => Ok(meta),
+                        Ok(Put::NotStored) if mode == pb::SetMode::Add => {
+                            Err(Status::already_exists("the key exists (mode ADD)"))
                         }
-                        pb::SetMode::Replace if current.is_none() => {
-                            return Err(Status::not_found("no such key (mode REPLACE)"))
-                        }
-                        _ => {}
+                        Ok(Put::NotStored) => Err(Status::not_found("no such key (mode REPLACE)")),
+                        Err(err) => Err(store_error(&self.b, err)),
                     }
-                    let r = e.store(&[&req.value], req.flags, exptime, None);
-                    if r == Err(StoreError::TooLarge) && mode == pb::SetMode::Set {
-                        // As memcached does: a failed set must not leave the old value.
-                        e.delete();
-                    }
-                    r.map_err(|err| store_error(&self.b, err))
                 })
             })
             .await?;

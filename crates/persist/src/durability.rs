@@ -77,21 +77,25 @@ impl Ticket {
     pub const NONE: Ticket = Ticket { lsn: 0 };
 
     /// Whether the request wrote nothing.
+    #[inline]
     pub fn is_empty(self) -> bool {
         self.lsn == 0
     }
 
     /// Whether an append failed: the write must not be acknowledged.
+    #[inline]
     pub fn failed(self) -> bool {
         self.lsn == Lsn::MAX
     }
 
     /// The LSN to wait for, if any (none for an empty or failed ticket).
+    #[inline]
     pub fn lsn(self) -> Option<Lsn> {
         (!self.is_empty() && !self.failed()).then_some(self.lsn)
     }
 
     /// Both tickets' writes (a connection merges those of a batch of requests).
+    #[inline]
     pub fn merge(self, other: Ticket) -> Ticket {
         Ticket {
             lsn: self.lsn.max(other.lsn),
@@ -101,6 +105,7 @@ impl Ticket {
     /// The ticket of writes whose newest revision the store reported as `revision`
     /// (`Store::entry_reporting`, `Store::flush_all_reporting`): with a log, revisions are
     /// LSNs; 0 is nothing written and `Revision::MAX` a failed append (the sink's answer then).
+    #[inline]
     pub fn from_revision(revision: cairn_store::Revision) -> Ticket {
         Ticket { lsn: revision }
     }

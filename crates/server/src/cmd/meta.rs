@@ -17,7 +17,7 @@
 //! Quiet mode (q) hides the nominal reply only: EN for mg; HD for ms and md; HD and VA for ma.
 //! NS, EX and NF are still answered (checked against memcached 1.6.18).
 
-use cairn_engine::Tx;
+use cairn_engine::{compare, put, Compare, Mismatch, Put, PutMode, Tx};
 use cairn_proto::encode::{self, MetaLine};
 use cairn_proto::{MetaCmd, MetaFlags, MetaMode, MetaRequest};
 use cairn_store::{Entry, Item, ItemMeta, Store, StoreError};
@@ -115,14 +115,16 @@ fn write_reply(req: &MetaRequest, code: Code, r: Report<'_>, now: u32, out: &mut
     return_flags(MetaLine::new(out, code.bytes()), req, r, now).end();
 }
 
-/// Checks the C flag against the live item. `Err` is the code to answer.
+/// Checks the C flag against the live item (the engine's compare, as `cas` and gRPC's).
+/// `Err` is the code to answer.
 fn compare_cas(f: &MetaFlags, current: Option<(ItemMeta, usize)>) -> Result<(), Code> {
-    match (f.compare_cas, current) {
-        (None, _) => Ok(()),
-        (Some(_), None) => Err(Code::NotFound),
-        (Some(c), Some((m, _))) if c == m.cas => Ok(()),
-        (Some(_), Some(_)) => Err(Code::Exists),
-    }
+    let Some(expected) = f.compare_cas else {
+        return Ok(());
+    };
+    compare(Compare::Cas(expected), current.as_ref().map(|(m, _)| m)).map_err(|m| match m {
+        Mismatch::Absent => Code::NotFound,
+        Mismatch::Differs(_) => Code::Exists,
+    })
 }
 
 /// What mg found.
@@ -275,8 +277,19 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             stale = true;
         }
         let (stored, len) = match mode {
-            MetaMode::Add if current.is_some() => return Ok((Code::NotStored, None)),
-            MetaMode::Replace if current.is_none() => return Ok((Code::NotStored, None)),
+            // The engine's rule, as text set/add/replace and gRPC's: add only when absent,
+            // replace only when there, and a set refused as too large leaves no stale value.
+            MetaMode::Set | MetaMode::Add | MetaMode::Replace => {
+                let mode = match mode {
+                    MetaMode::Set => PutMode::Set,
+                    MetaMode::Add => PutMode::Add,
+                    _ => PutMode::Replace,
+                };
+                match put(e, mode, &[value], flags, exptime, f.explicit_cas)? {
+                    Put::Stored(m) => (m, value.len()),
+                    Put::NotStored => return Ok((Code::NotStored, None)),
+                }
+            }
             MetaMode::Append | MetaMode::Prepend => match e.item() {
                 // NS for a missing key, unless N creates it.
                 None => match f.vivify_ttl {
@@ -300,16 +313,6 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 }
             },
             MetaMode::Incr | MetaMode::Decr => return Ok((Code::NotStored, None)),
-            _ => match e.store(&[value], flags, exptime, f.explicit_cas) {
-                Ok(m) => (m, value.len()),
-                Err(err) => {
-                    if err == StoreError::TooLarge && mode == MetaMode::Set {
-                        // As set: a failed set leaves no stale value behind.
-                        e.delete();
-                    }
-                    return Err(err);
-                }
-            },
         };
         if f.compare_cas.is_some() {
             bump(&c.cas_hits);

@@ -1,6 +1,6 @@
 //! set, add, replace, append, prepend, cas.
 
-use cairn_engine::{Ack, Tx};
+use cairn_engine::{compare, put, Ack, Compare, Mismatch, Put, PutMode, Tx};
 use cairn_proto::StoreKind;
 use cairn_store::StoreError;
 
@@ -61,20 +61,19 @@ pub fn store(
     bump(&c.cmd_set);
     let exptime = absolute_exptime(exptime, now);
     let result = tx.entry(key, now, |e| {
-        let current = e.peek();
         match kind {
-            StoreKind::Set => {
-                let r = e.store(&[value], flags, exptime, None);
-                if r == Err(StoreError::TooLarge) {
-                    // As memcached does: a failed set must not leave stale data behind.
-                    e.delete();
-                }
-                r.map(|_| STORED)
-            }
-            StoreKind::Add if current.is_some() => Ok(NOT_STORED),
-            StoreKind::Replace if current.is_none() => Ok(NOT_STORED),
-            StoreKind::Add | StoreKind::Replace => {
-                e.store(&[value], flags, exptime, None).map(|_| STORED)
+            // The engine's rule, gRPC's too: add only when absent, replace only when there,
+            // and a set refused as too large leaves no stale value behind.
+            StoreKind::Set | StoreKind::Add | StoreKind::Replace => {
+                let mode = match kind {
+                    StoreKind::Set => PutMode::Set,
+                    StoreKind::Add => PutMode::Add,
+                    _ => PutMode::Replace,
+                };
+                put(e, mode, &[value], flags, exptime, None).map(|p| match p {
+                    Put::Stored(_) => STORED,
+                    Put::NotStored => NOT_STORED,
+                })
             }
             StoreKind::Append | StoreKind::Prepend => match e.item() {
                 None => Ok(NOT_STORED),
@@ -88,23 +87,25 @@ pub fn store(
                         .map(|_| STORED)
                 }
             },
-            StoreKind::Cas => match current {
-                None => {
-                    bump(&c.cas_misses);
-                    Ok(NOT_FOUND)
-                }
-                Some((meta, _)) if meta.cas != cas_unique => {
-                    bump(&c.cas_badval);
-                    Ok(EXISTS)
-                }
-                Some(_) => {
-                    let r = e.store(&[value], flags, exptime, None);
-                    if r.is_ok() {
-                        bump(&c.cas_hits);
+            StoreKind::Cas => {
+                match compare(Compare::Cas(cas_unique), e.peek().as_ref().map(|(m, _)| m)) {
+                    Err(Mismatch::Absent) => {
+                        bump(&c.cas_misses);
+                        Ok(NOT_FOUND)
                     }
-                    r.map(|_| STORED)
+                    Err(Mismatch::Differs(_)) => {
+                        bump(&c.cas_badval);
+                        Ok(EXISTS)
+                    }
+                    Ok(()) => {
+                        let r = e.store(&[value], flags, exptime, None);
+                        if r.is_ok() {
+                            bump(&c.cas_hits);
+                        }
+                        r.map(|_| STORED)
+                    }
                 }
-            },
+            }
         }
     });
     result.unwrap_or_else(|e| store_error(ctx, e))
