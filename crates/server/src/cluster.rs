@@ -63,7 +63,7 @@ pub fn start_follower(ctx: &Arc<Ctx>, local: SocketAddr, stop: tokio::sync::watc
     let (Some(primary), Some(repl), Some(persist)) = (
         ctx.config.replica_of.clone(),
         ctx.replication.clone(),
-        ctx.persist.clone(),
+        ctx.persist().cloned(),
     ) else {
         return;
     };
@@ -75,7 +75,7 @@ pub fn start_follower(ctx: &Arc<Ctx>, local: SocketAddr, stop: tokio::sync::watc
         data_dir: ctx.config.snapshot_dir(),
     };
     tokio::spawn(cairn_cluster::replica::follow(
-        Arc::clone(&ctx.store),
+        Arc::clone(ctx.store()),
         persist,
         repl,
         config,
@@ -92,7 +92,7 @@ pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
     use std::sync::atomic::Ordering::Relaxed;
     let mut out = vec![("mode", r.mode().name().to_string())];
     if r.in_group() {
-        if let Some(p) = &ctx.persist {
+        if let Some(p) = ctx.persist() {
             out.push(("node_id", cairn_cluster::group::node_id(p)));
         }
         out.push(("term", r.term().to_string()));
@@ -104,7 +104,7 @@ pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
     }
     match r.role() {
         Role::Primary => {
-            let published = ctx.hub.as_ref().map_or(0, |h| h.published());
+            let published = ctx.hub().map_or(0, |h| h.published());
             let replicas = r.replicas();
             let acked = r.newest_acked();
             let lag = if replicas.is_empty() {
@@ -167,7 +167,7 @@ pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
 /// Bytes (keys and values) of the events after `acked` up to `published`, read from the watch
 /// history in memory (a lag older than it counts what is still there).
 fn lag_bytes(ctx: &Ctx, acked: u64, published: u64, lag: u64) -> u64 {
-    let Some(hub) = &ctx.hub else { return 0 };
+    let Some(hub) = ctx.hub() else { return 0 };
     if lag == 0 {
         return 0;
     }
@@ -195,7 +195,7 @@ pub async fn join_group(
         return Ok(None);
     };
     let (Some(repl), Some(persist), Some(grpc)) =
-        (ctx.replication.clone(), ctx.persist.clone(), grpc)
+        (ctx.replication.clone(), ctx.persist().cloned(), grpc)
     else {
         return Err("a replication group needs persistence and the gRPC API".into());
     };
@@ -219,7 +219,7 @@ pub async fn join_group(
         data_dir: c.snapshot_dir(),
     };
     let local = cairn_cluster::group::Local {
-        store: Arc::clone(&ctx.store),
+        store: Arc::clone(ctx.store()),
         persist,
         repl,
     };

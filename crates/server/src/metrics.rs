@@ -105,7 +105,7 @@ impl prometheus_client::collector::Collector for CtxCollector {
                 .encode_histogram::<NoLabelSet>(sum, total, &buckets, None)?;
         }
 
-        if let Some(p) = &ctx.persist {
+        if let Some(p) = ctx.persist() {
             let log = p.log_stats();
             let bounds_us = [
                 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 10e3, 20e3, 50e3, 100e3, 200e3, 500e3,

@@ -45,7 +45,7 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     ctx.conns.listening(&listener, ctx.now());
     let reclaim = tokio::spawn(reclaim_loop(Arc::clone(&ctx), shutdown.clone()));
     let checkpoints = tokio::spawn(checkpoint_loop(Arc::clone(&ctx), shutdown.clone()));
-    if let Some(at) = ctx.store.scheduled_flush() {
+    if let Some(at) = ctx.store().scheduled_flush() {
         // A `flush_all <delay>` recovered from the log, still in the future.
         crate::cmd::flush::arm_timer(&ctx, at, ctx.now());
     }
@@ -128,7 +128,9 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         workers.spawn(async move {
             match tokio::net::TcpStream::from_std(stream) {
                 Ok(stream) => {
-                    if let Some(stream) = crate::access::handshake(&ctx, stream).await {
+                    if let Some(stream) =
+                        crate::access::handshake(ctx.tls.as_ref(), &ctx.counters, stream).await
+                    {
                         connection::serve(Arc::clone(&ctx), stream, shutdown).await;
                     }
                 }
@@ -159,7 +161,7 @@ impl Engine {
         let n = ctx.config.worker_threads();
         let runtime = tokio::runtime::Handle::current();
         let engine = match choose_engine(&ctx.config, || {
-            crate::uring::Pool::start(n, runtime, ctx.persist.clone(), ctx.config.uring_turn_yield)
+            crate::uring::Pool::start(n, runtime, ctx.persist().cloned(), ctx.config.uring_turn_yield)
         }) {
             (Some(pool), _) => Engine::Uring(pool),
             (None, why) => {
@@ -168,7 +170,7 @@ impl Engine {
                         "io_engine uring: {why}: connections are served by the tokio engine"
                     );
                 }
-                Engine::Tokio(Workers::start(n, ctx.persist.clone())?)
+                Engine::Tokio(Workers::start(n, ctx.persist().cloned())?)
             }
         };
         let name = match engine {
@@ -275,7 +277,7 @@ impl Workers {
 
 /// Takes a checkpoint whenever the ARCUS rule says one is due (checked every second).
 async fn checkpoint_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
-    let Some(p) = ctx.persist.clone() else {
+    let Some(p) = ctx.persist().cloned() else {
         return;
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -300,7 +302,7 @@ async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
         }
         let ctx = Arc::clone(&ctx);
         let _ = tokio::task::spawn_blocking(move || {
-            ctx.store.reclaim_expired(ctx.now(), RECLAIM_BATCH)
+            ctx.store().reclaim_expired(ctx.now(), RECLAIM_BATCH)
         })
         .await;
     }

@@ -2,7 +2,8 @@
 
 use cairn_proto::ShutdownMode;
 
-use super::Flow;
+use super::flow::Flow;
+use crate::version::VERSION;
 use crate::Ctx;
 
 /// `shutdown [graceful]`, allowed by `-A` as in memcached: the server stops as on SIGTERM
@@ -35,17 +36,17 @@ pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
         return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
     }
     let bytes = megabytes << 20;
-    if bytes < ctx.store.min_memory_limit() {
+    if bytes < ctx.store().min_memory_limit() {
         // Each shard keeps two segments (or two of the largest items); fewer is not kept.
         return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
     }
-    ctx.store.set_memory_limit(bytes, now);
+    ctx.store().set_memory_limit(bytes, now);
     b"OK\r\n"
 }
 
 /// `VERSION <v>`.
 pub fn version(out: &mut Vec<u8>) {
     out.extend_from_slice(b"VERSION ");
-    out.extend_from_slice(crate::VERSION.as_bytes());
+    out.extend_from_slice(VERSION.as_bytes());
     out.extend_from_slice(b"\r\n");
 }

@@ -18,30 +18,28 @@
 //! (`uptime` is `cairn_uptime_seconds`).
 //!
 //! **Adding a stat:** one line in [`general()`] (or, for a counter bumped by commands, one line
-//! in the `counters!` list of `counters.rs`). A persistence figure is a field of
+//! in the `counters!` list of `meters/counters.rs`). A persistence figure is a field of
 //! `PersistStats` (the persist crate) and one line in [`persistence()`] with its names, kind and
 //! description.
 //!
 //! Modules: `reading` (the figure type), `general`, `persistence`, `flash`, `grpc` (the
-//! blocks), `counters` and `latency` (what requests bump), `per_thread` (where those live),
-//! `process` (CPU and memory from procfs).
+//! blocks), `process` (CPU and memory from procfs). What requests bump (counters, latency,
+//! kept per thread) is `crate::meters`, re-exported here.
 
-mod counters;
 mod flash;
 mod general;
 mod grpc;
-mod latency;
-mod per_thread;
 mod persistence;
 mod process;
 mod reading;
 
-pub use counters::{add, bump, Counters, ThreadCounts, COUNTERS};
+pub use crate::meters::{
+    add, bump, Counters, Family, Latency, PerThread, ThreadCounts, CELLS, COUNTERS,
+    LATENCY_BOUNDS_S,
+};
 pub use flash::flash;
 pub use general::general;
 pub use grpc::grpc;
-pub use latency::{Family, Latency, LATENCY_BOUNDS_S};
-pub use per_thread::{PerThread, CELLS};
 pub use persistence::persistence;
 pub use process::{process_figures, ProcessFigures};
 pub use reading::{Kind, Reading, Readings, Value};
