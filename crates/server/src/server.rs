@@ -161,7 +161,12 @@ impl Engine {
         let n = ctx.config.worker_threads();
         let runtime = tokio::runtime::Handle::current();
         let engine = match choose_engine(&ctx.config, || {
-            crate::uring::Pool::start(n, runtime, ctx.persist().cloned(), ctx.config.uring_turn_yield)
+            crate::uring::Pool::start(
+                n,
+                runtime,
+                ctx.persist().cloned(),
+                ctx.config.uring_turn_yield,
+            )
         }) {
             (Some(pool), _) => Engine::Uring(pool),
             (None, why) => {
