@@ -1,12 +1,14 @@
 //! The Prometheus endpoint on `--metrics-addr`: `GET /metrics` answers every figure of
 //! `stats`, `stats persistence` and `stats grpc` (the readings `crate::stats` makes of each
-//! layer's stats struct, the same `stats` shows), command latency histograms by command
-//! family, and the command log's fdatasync latency and group-commit batch size histograms
-//! (its `LogStats`), in the OpenMetrics text format.
+//! layer's stats struct, the same `stats` shows), `stats replication` (typed:
+//! `cairn_replication_*`), command latency histograms by command family, and the command
+//! log's fdatasync latency and group-commit batch size histograms (its `LogStats`), in the
+//! OpenMetrics text format.
 //!
 //! ```text
 //!   scrape ──hyper (HTTP/1.1)──> respond ──prometheus_client::encoding::text::encode──>
 //!            CtxCollector::encode ── stats::general + persistence + grpc  (counters, gauges)
+//!                                 ── ReplicationStats                      (replication_*)
 //!                                 ── Latency (per command family)          (histograms)
 //!                                 ── Persistence::log_stats()              (histograms)
 //! ```
@@ -26,8 +28,132 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::stats::{Family, Kind, Value, LATENCY_BOUNDS_S};
+use crate::stats::{Family, Kind, Reading, ReplicationStats, RoleStats, Value, LATENCY_BOUNDS_S};
 use crate::Ctx;
+
+/// Every reading the endpoint exports: `stats`, `stats persistence`, `stats grpc`.
+fn readings(ctx: &Ctx) -> Vec<Reading> {
+    crate::stats::general(ctx)
+        .into_iter()
+        .chain(crate::stats::persistence(ctx))
+        .chain(crate::stats::grpc(ctx))
+        .collect()
+}
+
+/// `stats replication`, typed (None without persistence: no replication state).
+fn replication(ctx: &Ctx) -> Option<ReplicationStats> {
+    let r = ctx.replication.as_ref()?;
+    Some(ReplicationStats::read(
+        r,
+        ctx.hub.as_deref(),
+        ctx.persist.as_deref(),
+    ))
+}
+
+/// The replication figures (`stats replication`) as `cairn_replication_*`: one line each,
+/// from the typed [`ReplicationStats`], counters ending in `_total`.
+fn encode_replication(
+    enc: &mut DescriptorEncoder,
+    r: &ReplicationStats,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "replication_role",
+        "This node's replication role: 1 for the role it has now, 0 for the other.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for role in ["primary", "replica"] {
+        m.encode_family(&[("role", role)])?
+            .encode_gauge(&i64::from(r.role_name() == role))?;
+    }
+    let (replicas, in_sync, connected, complete) = match &r.role {
+        RoleStats::Primary(p) => (p.replicas, p.in_sync.len() as u64, false, true),
+        RoleStats::Replica(f) => (0, 0, f.connected, f.complete),
+    };
+    let gauges: [(&str, &str, u64); 10] = [
+        (
+            "replication_sync",
+            "1 under --replication sync (a write is acknowledged once the replicas hold it durable), 0 under async.",
+            u64::from(r.mode == cairn_cluster::ReplicationMode::Sync),
+        ),
+        (
+            "replication_group",
+            "1 on a member of a replication group (--replication-group): the lease and the in-sync set apply.",
+            u64::from(r.in_group),
+        ),
+        (
+            "replication_replicas",
+            "Primary: replicas connected now (0 on a replica).",
+            replicas,
+        ),
+        (
+            "replication_lag_revisions",
+            "Primary: revisions its furthest replica does not hold durable yet; replica: revisions behind the primary's last reported one.",
+            r.lag_revisions(),
+        ),
+        (
+            "replication_lag_bytes",
+            "Primary: keys and values of the revisions no replica holds yet (those still in the in-memory history); replica: bytes received, not yet durable here.",
+            r.lag_bytes(),
+        ),
+        (
+            "replication_lease_held",
+            "1 while this group member's ZooKeeper lease holds (without it a primary refuses writes); 0 without one, and outside groups.",
+            u64::from(r.lease_held),
+        ),
+        (
+            "replication_connected",
+            "Replica: 1 while connected to its primary's watch (0 on a primary).",
+            u64::from(connected),
+        ),
+        (
+            "replication_complete",
+            "1 while this node holds a complete copy: 0 on a replica during a full copy (such a member is never elected).",
+            u64::from(complete),
+        ),
+        (
+            "replication_in_sync_members",
+            "Group primary: members of the in-sync set, whom every sync write waits for (0 elsewhere).",
+            in_sync,
+        ),
+        (
+            "replication_term",
+            "The primary term this node leads or follows (the zxid that created the primary lock; 0 outside groups).",
+            r.term,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        enc.encode_descriptor(name, help, None, MetricType::Gauge)?
+            .encode_gauge(&(v as i64))?;
+    }
+    let counters: [(&str, &str, u64); 4] = [
+        (
+            "replication_sync_timeouts",
+            "Sync-mode writes answered with an error because no replica held them durable in time.",
+            r.sync_timeouts,
+        ),
+        (
+            "replication_lease_refusals",
+            "Writes refused, or not acknowledged, because the lease had ended.",
+            r.lease_refusals,
+        ),
+        (
+            "replication_full_syncs",
+            "Full copies this node took from a primary.",
+            r.full_syncs,
+        ),
+        (
+            "replication_resumes",
+            "Times this node resumed following a primary from a revision instead of a full copy.",
+            r.resumes,
+        ),
+    ];
+    for (name, help, v) in counters {
+        enc.encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<NoLabelSet, _, f64>(&v, None)?;
+    }
+    Ok(())
+}
 
 /// (upper bound, count in that bucket alone) pairs ending with +Inf, as prometheus-client's
 /// `encode_histogram` takes them (it adds them up), from the count at or below each bound.
@@ -60,11 +186,7 @@ impl std::fmt::Debug for CtxCollector {
 impl prometheus_client::collector::Collector for CtxCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let ctx = &self.0;
-        let readings = crate::stats::general(ctx)
-            .into_iter()
-            .chain(crate::stats::persistence(ctx))
-            .chain(crate::stats::grpc(ctx));
-        for r in readings {
+        for r in readings(ctx) {
             let Some(v) = r.export else { continue };
             let kind = match r.kind {
                 Kind::Counter => MetricType::Counter,
@@ -82,6 +204,10 @@ impl prometheus_client::collector::Collector for CtxCollector {
                 (Kind::Gauge, Value::Float(v)) => m.encode_gauge(&v)?,
                 (_, Value::Text(_)) => unreachable!("text is never exported"),
             }
+        }
+
+        if let Some(r) = replication(ctx) {
+            encode_replication(&mut enc, &r)?;
         }
 
         let mut m = enc.encode_descriptor(

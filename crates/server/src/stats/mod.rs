@@ -10,6 +10,8 @@
 //!   PersistStats (+ LogStats) ─────> persistence(ctx) ──┤             └─> metrics.rs:    cairn_metric[_total] value
 //!   GrpcStats figures ─────────────> grpc(ctx) ─────────┘
 //!   Latency (per command family) ─────────────────────────────────────> metrics.rs: histograms
+//!   Replication (crates/cluster) ──> ReplicationStats::read ──> text() (stats replication)
+//!                                                           └─> metrics.rs: cairn_replication_*
 //! ```
 //!
 //! A [`Reading`] is a name (memcached's), a kind (counter or gauge), a one-line description and
@@ -23,7 +25,8 @@
 //! description.
 //!
 //! Modules: `reading` (the figure type), `general`, `persistence`, `flash`, `grpc` (the
-//! blocks), `counters` and `latency` (what requests bump), `per_thread` (where those live),
+//! blocks), `replication` (a typed struct of its own: its role label and text lists do not fit
+//! a [`Reading`]), `counters` and `latency` (what requests bump), `per_thread` (where those live),
 //! `process` (CPU and memory from procfs).
 
 mod counters;
@@ -35,6 +38,7 @@ mod per_thread;
 mod persistence;
 mod process;
 mod reading;
+mod replication;
 
 pub use counters::{add, bump, Counters, ThreadCounts, COUNTERS};
 pub use flash::flash;
@@ -45,3 +49,4 @@ pub use per_thread::{PerThread, CELLS};
 pub use persistence::persistence;
 pub use process::{process_figures, ProcessFigures};
 pub use reading::{Kind, Reading, Readings, Value};
+pub use replication::{PrimaryStats, ReplicaStats, ReplicationStats, RoleStats};
