@@ -3,7 +3,8 @@
 //! layer's stats struct, the same `stats` shows), `stats replication` (typed:
 //! `cairn_replication_*`), command latency histograms by command family, and the command
 //! log's fdatasync latency and group-commit batch size histograms (its `LogStats`), in the
-//! OpenMetrics text format.
+//! OpenMetrics text format. `GET /` is the status page and `GET /status.json` its data
+//! (`status.rs`), from the same readings.
 //!
 //! ```text
 //!   scrape ──hyper (HTTP/1.1)──> respond ──prometheus_client::encoding::text::encode──>
@@ -11,6 +12,8 @@
 //!                                 ── ReplicationStats                      (replication_*)
 //!                                 ── Latency (per command family)          (histograms)
 //!                                 ── Persistence::log_stats()              (histograms)
+//!   browser ──GET /, /status.json──> status::PAGE, status::json(readings, latency counts,
+//!                                     log calls, ReplicationStats)
 //! ```
 //!
 //! The format is prometheus-client's and the HTTP stack hyper's. Command latency is kept in
@@ -30,6 +33,8 @@ use tokio::net::TcpListener;
 
 use crate::stats::{Family, Kind, Reading, ReplicationStats, RoleStats, Value, LATENCY_BOUNDS_S};
 use crate::Ctx;
+
+mod status;
 
 /// Every reading the endpoint exports: `stats`, `stats persistence`, `stats grpc`.
 fn readings(ctx: &Ctx) -> Vec<Reading> {
@@ -301,24 +306,72 @@ pub fn render(registry: &Registry) -> String {
     text
 }
 
-/// `GET /metrics` (or `/`): the metrics; anything else: 404 or 405.
-fn respond(registry: &Registry, req: &hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
-    let reply = |status, body: String| {
+/// `/status.json`: the status page's data, from the same readings as the metrics.
+fn status_json(ctx: &Ctx) -> String {
+    let readings = readings(ctx);
+    let replication = replication(ctx);
+    let commands = Family::ALL
+        .iter()
+        .map(|&f| (f.label(), ctx.latency.read(f).0.iter().sum()))
+        .collect();
+    let log = match &ctx.persist {
+        Some(p) => {
+            let h = p.log_stats().histograms;
+            [
+                ("write", &h.write_us),
+                ("fdatasync", &h.fdatasync_us),
+                ("dsync_write", &h.dsync_write_us),
+            ]
+            .into_iter()
+            .map(|(name, h)| status::Calls {
+                name,
+                count: h.len(),
+                sum_seconds: h.mean() * h.len() as f64 / 1e6,
+            })
+            .collect()
+        }
+        None => Vec::new(),
+    };
+    let time_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    status::json(&status::Inputs {
+        readings: &readings,
+        commands,
+        log,
+        replication: replication.as_ref(),
+        time_ms,
+    })
+}
+
+/// `GET /metrics`: the metrics; `GET /`: the status page; `GET /status.json`: its data;
+/// anything else: 404 or 405.
+fn respond(
+    ctx: &Ctx,
+    registry: &Registry,
+    req: &hyper::Request<Incoming>,
+) -> hyper::Response<Full<Bytes>> {
+    let reply = |status, content_type: &'static str, body: String| {
         hyper::Response::builder()
             .status(status)
-            .header(
-                hyper::header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .header(hyper::header::CACHE_CONTROL, "no-store")
             .body(Full::new(Bytes::from(body)))
             .expect("a valid response")
     };
+    const METRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     if req.method() != Method::GET {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, String::new());
+        return reply(StatusCode::METHOD_NOT_ALLOWED, METRICS, String::new());
     }
     match req.uri().path() {
-        "/metrics" | "/" => reply(StatusCode::OK, render(registry)),
-        _ => reply(StatusCode::NOT_FOUND, String::new()),
+        "/metrics" => reply(StatusCode::OK, METRICS, render(registry)),
+        "/" | "/index.html" => reply(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            status::PAGE.to_string(),
+        ),
+        "/status.json" => reply(StatusCode::OK, "application/json", status_json(ctx)),
+        _ => reply(StatusCode::NOT_FOUND, METRICS, String::new()),
     }
 }
 
@@ -338,9 +391,10 @@ pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
             }
         };
         let registry = Arc::clone(&registry);
+        let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let response = respond(&registry, &req);
+                let response = respond(&ctx, &registry, &req);
                 async move { Ok::<_, Infallible>(response) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

@@ -1,6 +1,7 @@
 //! The metrics address beyond `stats`: the replication figures (`cairn_replication_*`), typed
 //! from the replication state, against a primary and a replica (`--replica-of`), each agreeing
-//! with `stats replication` on both roles.
+//! with `stats replication` on both roles; and the status page (`/`) with its data
+//! (`/status.json`). The page in a real browser: tests/status-page.
 //!
 //! Breaking it: exporting the primary's figures on the replica (or none of them) fails the
 //! per-role checks; a help line missing fails the `# HELP` check.
@@ -141,4 +142,47 @@ fn replication_figures_are_exported_for_the_primary_and_the_replica() {
     assert_eq!(m["cairn_replication_sync"], 1.0);
     assert_eq!(m["cairn_replication_replicas"], 0.0);
     drop(lonely);
+}
+
+#[test]
+fn the_status_page_and_its_data_are_served_beside_the_metrics() {
+    let pm = metrics_port();
+    let server = Server::start(&["--metrics-addr", &pm.to_string()]);
+    let mut c = server.connect();
+    c.send(b"set k 0 0 1\r\nv\r\nget k\r\n");
+    c.read_until(b"END\r\n");
+    let get = |path: &str| {
+        let mut http = TcpStream::connect(pm).unwrap();
+        http.write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: cairn\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut body = String::new();
+        http.read_to_string(&mut body).unwrap();
+        body
+    };
+    let page = get("/");
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(page.contains("content-type: text/html"), "{page}");
+    assert!(
+        page.contains("status.json") && page.contains("<svg"),
+        "{page}"
+    );
+    let json = get("/status.json");
+    let body = json.split("\r\n\r\n").nth(1).unwrap();
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["figures"]["curr_items"], 1);
+    assert_eq!(v["figures"]["get_hits_total"], 1);
+    assert!(v["commands"]["get"].as_u64().unwrap() >= 1, "{v}");
+    assert!(v["commands"]["set"].as_u64().unwrap() >= 1, "{v}");
+    assert!(
+        v["log"]["dsync_write"]["count"].as_u64().unwrap()
+            + v["log"]["fdatasync"]["count"].as_u64().unwrap()
+            >= 1,
+        "{v}"
+    );
+    assert_eq!(v["replication"]["role"], "primary");
+    assert_eq!(v["texts"]["mode"], "sync");
+    assert!(get("/metrics").contains("cairn_replication_role"));
+    assert!(get("/nope").starts_with("HTTP/1.1 404"));
 }
