@@ -143,6 +143,11 @@ fn frame(now: &Sample, before: &Sample, addr: &str) -> Frame {
     let hit_ratio_since_start = ratio(hits, misses);
     let p = |name: &str| now.num("persistence", name);
     let r = |name: &str| now.text("replication", name).to_string();
+    // A figure the role does not have: null in JSON.
+    let opt = |name: &str| {
+        let v = now.text("replication", name);
+        (!v.is_empty()).then(|| v.to_string())
+    };
     let g = |name: &str| now.num("grpc", name);
     let syncs = per_second(
         p("fdatasync_count") + p("log_dsync_write_count"),
@@ -182,9 +187,9 @@ fn frame(now: &Sample, before: &Sample, addr: &str) -> Frame {
             "replicas": now.num("replication", "replicas"),
             "lag_revisions": now.num("replication", "lag_revisions"),
             "lag_bytes": now.num("replication", "lag_bytes"),
-            "term": now.num("replication", "term"),
-            "lease": r("lease"),
-            "connected": r("connected"),
+            "term": opt("term").and_then(|t| t.parse::<u64>().ok()),
+            "lease": opt("lease"),
+            "connected": opt("connected"),
         },
         "watch_streams": g("grpc_watch_streams"),
         "watches": g("grpc_watches"),
@@ -241,19 +246,29 @@ fn frame(now: &Sample, before: &Sample, addr: &str) -> Frame {
             bytes(now.num("", "rss_bytes")),
         ),
     );
-    line(
-        &mut t,
-        "LOG",
+    // Only the log calls this mode makes (async: write + fdatasync; sync with O_DIRECT: one
+    // RWF_DSYNC write).
+    let calls: Vec<String> = [
+        ("write", "log_write"),
+        ("fdatasync", "fdatasync"),
+        ("dsync write", "log_dsync_write"),
+    ]
+    .iter()
+    .filter(|(_, n)| p(&format!("{n}_count")) > 0)
+    .map(|(label, n)| {
         format!(
-            "write p50/p99 {}/{} us  fdatasync p50/p99 {}/{} us  dsync write p50/p99 {}/{} us  syncs/s {syncs:.0}",
-            p("log_write_latency_us_p50"),
-            p("log_write_latency_us_p99"),
-            p("fdatasync_latency_us_p50"),
-            p("fdatasync_latency_us_p99"),
-            p("log_dsync_write_latency_us_p50"),
-            p("log_dsync_write_latency_us_p99"),
-        ),
-    );
+            "{label} p50/p99 {}/{} us",
+            p(&format!("{n}_latency_us_p50")),
+            p(&format!("{n}_latency_us_p99"))
+        )
+    })
+    .collect();
+    let log = match now.text("persistence", "mode") {
+        "off" | "" => "persistence off".to_string(),
+        _ if calls.is_empty() => "no log writes yet".to_string(),
+        _ => format!("{}  syncs/s {syncs:.0}", calls.join("  ")),
+    };
+    line(&mut t, "LOG", log);
     line(
         &mut t,
         "CKPT",
