@@ -10,6 +10,8 @@
 //!   PersistStats (+ LogStats) ─────> persistence(ctx) ──┤             └─> metrics.rs:    cairn_metric[_total] value
 //!   GrpcStats figures ─────────────> grpc(ctx) ─────────┘
 //!   Latency (per command family) ─────────────────────────────────────> metrics.rs: histograms
+//!   Replication (crates/cluster) ──> ReplicationStats::read ──> text() (stats replication)
+//!                                                           └─> metrics.rs: cairn_replication_*
 //! ```
 //!
 //! A [`Reading`] is a name (memcached's), a kind (counter or gauge), a one-line description and
@@ -23,8 +25,9 @@
 //! description.
 //!
 //! Modules: `reading` (the figure type), `general`, `persistence`, `flash`, `grpc` (the
-//! blocks), `process` (CPU and memory from procfs). What requests bump (counters, latency,
-//! kept per thread) is `crate::meters`, re-exported here.
+//! blocks), `replication` (a typed struct of its own: its role label and text lists do not fit
+//! a [`Reading`]), `process` (CPU and memory from procfs). What requests bump (counters,
+//! latency, kept per thread) is `crate::meters`, re-exported here.
 
 mod flash;
 mod general;
@@ -32,6 +35,7 @@ mod grpc;
 mod persistence;
 mod process;
 mod reading;
+mod replication;
 
 pub use crate::meters::{
     add, bump, Counters, Family, Latency, PerThread, ThreadCounts, CELLS, COUNTERS,
@@ -43,3 +47,4 @@ pub use grpc::grpc;
 pub use persistence::persistence;
 pub use process::{process_figures, ProcessFigures};
 pub use reading::{Kind, Reading, Readings, Value};
+pub use replication::{PrimaryStats, ReplicaStats, ReplicationStats, RoleStats};
