@@ -10,7 +10,7 @@ cargo build --workspace --all-targets
 cargo test --workspace
 # The io_uring connection engine is the default on Linux (where io_uring is allowed): the wire,
 # connection-thread, persistence and flash tests run again on the tokio engine (--io-engine tokio).
-CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta \
+CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta --test wire_binary \
     --test wire_arcus --test connection_threads --test persistence --test flash
 
 # The Python suite runs on $PYTHON (default python3) if it has the packages, else in a venv under
