@@ -96,7 +96,7 @@ tests/memcached-t/run.sh --check --version 1.6.18 --cairn "$CAIRN"
 tests/memcached-t/run.sh --check --version 1.6.45 --cairn "$CAIRN"
 
 # ---- memccapable with cairn's defaults (tests/memccapable) ---------------------------------
-# Debian's libmemcached-tools, its ASCII tests, the server without --enable-admin; results
+# Debian's libmemcached-tools, its ASCII and binary tests, the server without --enable-admin; results
 # against tests/memccapable/expected-failures.txt.
 tests/memccapable/run.sh --check --cairn "$CAIRN"
 
