@@ -10,7 +10,7 @@ cargo build --workspace --all-targets
 cargo test --workspace
 # The io_uring connection engine is the default on Linux (where io_uring is allowed): the wire,
 # connection-thread, persistence and flash tests run again on the tokio engine (--io-engine tokio).
-CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta \
+CAIRN_TEST_IO_ENGINE=tokio cargo test -p cairn-server --test wire_text --test wire_meta --test wire_binary \
     --test wire_arcus --test connection_threads --test persistence --test flash
 
 # The Python suite runs on $PYTHON (default python3) if it has the packages, else in a venv under
@@ -96,7 +96,7 @@ tests/memcached-t/run.sh --check --version 1.6.18 --cairn "$CAIRN"
 tests/memcached-t/run.sh --check --version 1.6.45 --cairn "$CAIRN"
 
 # ---- memccapable with cairn's defaults (tests/memccapable) ---------------------------------
-# Debian's libmemcached-tools, its ASCII tests, the server without --enable-admin; results
+# Debian's libmemcached-tools, its ASCII and binary tests, the server without --enable-admin; results
 # against tests/memccapable/expected-failures.txt.
 tests/memccapable/run.sh --check --cairn "$CAIRN"
 

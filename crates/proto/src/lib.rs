@@ -18,9 +18,13 @@
 //! over the line limit and an HTTP request line close the connection without a reply, as
 //! memcached does.
 //!
-//! Non-goals: executing commands (the server does), binary protocol, UDP.
+//! memcached's binary protocol is the `binary` module: its own parser and encoders, for a
+//! connection whose first byte is 0x80.
+//!
+//! Non-goals: executing commands (the server does), UDP framing.
 
 mod arcus;
+pub mod binary;
 pub mod encode;
 mod error;
 mod lex;

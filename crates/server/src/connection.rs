@@ -21,6 +21,10 @@
 //! is sent only once every earlier write of the connection is durable (`Engine::durable`).
 //! Waiting parks this task only: no lock is held and no thread is blocked.
 //!
+//! The protocol is the first byte's, as memcached's `-B auto` decides it: 0x80 starts
+//! memcached's binary protocol (cmd/binary answers each packet), anything else the text and
+//! meta protocols, for the connection's life.
+//!
 //! Backpressure of replies: the connection reads again only after its output is written (on
 //! the io_uring engine: once its previous output is written, one send being in flight while
 //! the next batch is read), and flushes in the middle of a batch (between keys of a multi-get
@@ -71,6 +75,9 @@ struct Conn<S> {
     unacked: Ack,
     /// Writes acknowledged and perhaps not durable yet (async mode): what `mn` fences.
     unfenced: Ack,
+    /// The protocol, from the connection's first byte as memcached's `-B auto`: 0x80 is
+    /// binary (cmd/binary), anything else text and meta. None until that byte arrives.
+    binary: Option<bool>,
 }
 
 /// Serves one connection until the client closes, sends `quit`, or shutdown is signalled.
@@ -85,6 +92,7 @@ pub async fn serve<S: Transport>(ctx: Arc<Ctx>, stream: S, mut shutdown: watch::
         pipeline: cmd::arcus::Pipeline::default(),
         unacked: Ack::NONE,
         unfenced: Ack::NONE,
+        binary: None,
     };
     answer_until_closed(&ctx, &mut c, registered.as_ref(), &mut shutdown).await;
     // A send still in flight (io_uring engine) leaves whole before the socket is closed.
@@ -170,7 +178,11 @@ async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Closed> {
             .await;
         if let Err(e) = safe {
             c.output.clear();
-            cmd::write_error::reply(&mut c.output, &e);
+            if c.binary == Some(true) {
+                cmd::binary::wording::failure(&mut c.output, &e);
+            } else {
+                cmd::write_error::reply(&mut c.output, &e);
+            }
             let _ = c.stream.send(&mut c.output).await;
             return Err(Closed);
         }
@@ -269,45 +281,65 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                 break Flow::Continue;
             }
         }
-        match parse(&input[start..], &ctx.limits) {
-            Ok(None) => break Flow::Continue,
-            Ok(Some((request, used))) => {
-                start += used;
-                if let Request::NotSupported { skip, .. } = request {
-                    // An ARCUS command's data block: skipped as it arrives, whatever the
-                    // command is answered.
-                    c.swallow = skip;
-                }
-                if !c.authenticated {
-                    authenticate(ctx, &mut c.authenticated, &mut c.output, request);
-                    continue;
-                }
-                let family = crate::stats::Family::of(&request);
-                match cmd::answer(ctx, c, request).await? {
-                    Flow::Continue => {}
-                    Flow::Close => break Flow::Close,
-                    // Answered with the refusal; not timed.
-                    Flow::Refused => continue,
-                }
+        if c.binary.is_none() && start < input.len() {
+            c.binary = Some(input[start] == cairn_proto::binary::REQUEST_MAGIC);
+        }
+        if c.binary == Some(true) {
+            let Some(step) = cmd::binary::step(ctx, c, &input[start..]).await? else {
+                break Flow::Continue;
+            };
+            start += step.used;
+            c.swallow = step.swallow;
+            if step.flow == Flow::Close {
+                break Flow::Close;
+            }
+            if let Some(family) = step.family {
                 let done = std::time::Instant::now();
                 ctx.latency
                     .observe(family, done.saturating_duration_since(mark));
                 mark = done;
             }
-            Err(e) => {
-                bump(&ctx.counters.protocol_errors);
-                if let Some(key) = &e.forget {
-                    let ack = cmd::storage::forget(ctx, key);
-                    c.note(ack);
+        } else {
+            match parse(&input[start..], &ctx.limits) {
+                Ok(None) => break Flow::Continue,
+                Ok(Some((request, used))) => {
+                    start += used;
+                    if let Request::NotSupported { skip, .. } = request {
+                        // An ARCUS command's data block: skipped as it arrives, whatever the
+                        // command is answered.
+                        c.swallow = skip;
+                    }
+                    if !c.authenticated {
+                        authenticate(ctx, &mut c.authenticated, &mut c.output, request);
+                        continue;
+                    }
+                    let family = crate::stats::Family::of(&request);
+                    match cmd::answer(ctx, c, request).await? {
+                        Flow::Continue => {}
+                        Flow::Close => break Flow::Close,
+                        // Answered with the refusal; not timed.
+                        Flow::Refused => continue,
+                    }
+                    let done = std::time::Instant::now();
+                    ctx.latency
+                        .observe(family, done.saturating_duration_since(mark));
+                    mark = done;
                 }
-                if !e.silent {
-                    c.output.extend_from_slice(e.reply_line().as_bytes());
-                    c.output.extend_from_slice(b"\r\n");
-                }
-                start += e.consumed;
-                c.swallow = e.swallow;
-                if e.close {
-                    break Flow::Close;
+                Err(e) => {
+                    bump(&ctx.counters.protocol_errors);
+                    if let Some(key) = &e.forget {
+                        let ack = cmd::storage::forget(ctx, key);
+                        c.note(ack);
+                    }
+                    if !e.silent {
+                        c.output.extend_from_slice(e.reply_line().as_bytes());
+                        c.output.extend_from_slice(b"\r\n");
+                    }
+                    start += e.consumed;
+                    c.swallow = e.swallow;
+                    if e.close {
+                        break Flow::Close;
+                    }
                 }
             }
         }

@@ -1,8 +1,8 @@
 """pylibmc (libmemcached underneath) against the real cairn binary, started with its defaults.
 
-pylibmc speaks the text protocol unless told `binary=True` (its default is False); cairn has
-no binary protocol, so the binary mode is run too, as an expected failure that records what it
-gets. Run: CAIRN_BIN=target/debug/cairn python -m pytest -v tests/clients/python
+pylibmc speaks the text protocol unless told `binary=True` (its default is False); the binary
+mode runs too (memcached's binary protocol, which cairn detects from a connection's first
+byte). Run: CAIRN_BIN=target/debug/cairn python -m pytest -v tests/clients/python
 
 A case that fails because of a cairn bug stays, in KNOWN_SERVER_BUGS with its reason: pytest
 runs it as a strict xfail, so it fails the suite once it passes (then remove the entry).
@@ -19,9 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn"))
 
 # case name -> the cairn bug that makes it fail today.
-KNOWN_SERVER_BUGS = {
-    "test_binary_protocol": "cairn has no binary protocol (docs/PROTOCOL.md, 'Not implemented')",
-}
+KNOWN_SERVER_BUGS = {}
 
 
 def known(name):
@@ -152,15 +150,65 @@ def test_add_replace_append_prepend(mc):
 
 @known("test_binary_protocol")
 def test_binary_protocol(server):
-    """pylibmc with binary=True: set, get, incr and delete as in text mode."""
+    """pylibmc with binary=True: every storage command, multi-get (GetKQ + Noop), cas, incr
+    and decr, touch, delete, and the errors, as in text mode."""
     c = pylibmc.Client([server], binary=True,
-                       behaviors={"connect_timeout": 2000, "send_timeout": 2_000_000,
-                                  "receive_timeout": 2_000_000})
+                       behaviors={"cas": True, "connect_timeout": 5000, "send_timeout": 20_000_000,
+                                  "receive_timeout": 20_000_000})
     try:
         assert c.set("b:k", b"v")
         assert c.get("b:k") == b"v"
         c.set("b:n", b"1")
         assert c.incr("b:n", 1) == 2
+        assert c.decr("b:n", 5) == 0
+        with pytest.raises(pylibmc.NotFound):
+            c.incr("b:absent", 1)
         assert c.delete("b:k") is True
+        assert c.delete("b:k") is False
+        assert c.get("b:k") is None
+        c.set_multi({f"b:gm:{i}": str(i).encode() for i in range(50)})
+        got = c.get_multi([f"b:gm:{i}" for i in range(60)])
+        assert len(got) == 50 and got["b:gm:7"] == b"7"
+        assert c.add("b:s", b"mid") is True
+        assert c.add("b:s", b"x") is False
+        with pytest.raises(pylibmc.NotFound):  # binary: 0x0001, which libmemcached raises
+            c.replace("b:absent", b"x")
+        assert c.append("b:s", b">") is True
+        assert c.prepend("b:s", b"<") is True
+        assert c.get("b:s") == b"<mid>"
+        value, unique = c.gets("b:s")
+        assert value == b"<mid>" and unique
+        assert c.cas("b:s", b"new", unique) is True
+        assert c.cas("b:s", b"newer", unique) is False  # stale unique: exists
+        assert c.get("b:s") == b"new"
+        assert c.touch("b:s", 100) is True
+        assert c.touch("b:absent", 100) is False
+        binary = bytes(range(256)) + b"\r\nEND\r\n\x00"
+        assert c.set("b:bin", binary, min_compress_len=0)
+        assert c.get("b:bin") == binary
+        big = b"0123456789abcdef" * (1_000_000 // 16)
+        assert c.set("b:big", big)
+        assert c.get("b:big") == big
+        assert c.flush_all()
+        assert c.get("b:n") is None
+        c.set("b:big", big)
+        c.set("b:text", b"abc")
+    finally:
+        c.disconnect_all()
+    # libmemcached takes the server down for a while after an error status it does not map
+    # (memcached's answers too): a fresh client for each, which checks what stayed.
+    for refused in (lambda c: c.incr("b:text", 1),  # 0x0006: non-numeric value
+                    lambda c: c.set("b:over", b"x" * (1024 * 1024 + 1))):  # 0x0003: too large
+        c = pylibmc.Client([server], binary=True)
+        try:
+            with pytest.raises(pylibmc.Error):
+                refused(c)
+        finally:
+            c.disconnect_all()
+    c = pylibmc.Client([server], binary=True)
+    try:
+        assert c.get("b:over") is None
+        assert c.get("b:text") == b"abc"
+        assert c.get("b:big") == big
     finally:
         c.disconnect_all()

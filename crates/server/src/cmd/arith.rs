@@ -70,6 +70,42 @@ pub fn arith(
     now: u32,
     out: &mut Vec<u8>,
 ) {
+    match change(ctx, tx, incr, key, delta, create, 0, now) {
+        Ok(Changed::To { value, .. }) => {
+            encode::decimal(out, value);
+            out.extend_from_slice(b"\r\n");
+        }
+        // Not asked for: the text protocol compares no unique.
+        Ok(Changed::CasDiffers) => out.extend_from_slice(b"EXISTS\r\n"),
+        Err(ArithError::NotFound) => out.extend_from_slice(b"NOT_FOUND\r\n"),
+        Err(ArithError::NonNumeric) => out
+            .extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
+        Err(ArithError::Store(e)) => out.extend_from_slice(super::storage::error_line(e)),
+    }
+}
+
+/// What [`change`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Changed {
+    /// The counter's new value (or a created key's initial value) and its CAS unique.
+    To { value: u64, cas: u64 },
+    /// `expect_cas` was given and the item's unique differs (the binary protocol's rule).
+    CasDiffers,
+}
+
+/// Applies incr/decr (counted in `incr_hits`/`incr_misses`, `decr_...`, `store_...`):
+/// `create` makes a missing key, `expect_cas` (non-zero) must be the item's unique.
+#[allow(clippy::too_many_arguments)]
+pub fn change(
+    ctx: &Ctx,
+    tx: &Tx<'_>,
+    incr: bool,
+    key: &[u8],
+    delta: u64,
+    create: Option<ArithCreate>,
+    expect_cas: u64,
+    now: u32,
+) -> Result<Changed, ArithError> {
     let c = &ctx.counters;
     let result = tx.entry(key, now, |e| {
         let Some(item) = e.item() else {
@@ -79,32 +115,36 @@ pub fn arith(
             let mut text = Vec::with_capacity(20);
             encode::decimal(&mut text, create.initial);
             let exptime = absolute_exptime(create.exptime, now);
-            e.store(&[&text], create.flags, exptime, None)
+            let meta = e
+                .store(&[&text], create.flags, exptime, None)
                 .map_err(ArithError::Store)?;
-            return Ok(create.initial);
+            return Ok(Changed::To {
+                value: create.initial,
+                cas: meta.cas,
+            });
         };
+        if expect_cas != 0 && item.meta.cas != expect_cas {
+            return Ok(Changed::CasDiffers);
+        }
         let current = parse_counter(&item.value).ok_or(ArithError::NonNumeric)?;
         let next = apply(current, incr, delta);
         let mut text = Vec::with_capacity(20);
         encode::decimal(&mut text, next);
-        e.store(&[&text], item.meta.flags, item.meta.exptime, None)
+        let meta = e
+            .store(&[&text], item.meta.flags, item.meta.exptime, None)
             .map_err(ArithError::Store)?;
-        Ok(next)
+        Ok(Changed::To {
+            value: next,
+            cas: meta.cas,
+        })
     });
-    match result {
-        Ok(n) => {
-            bump(if incr { &c.incr_hits } else { &c.decr_hits });
-            encode::decimal(out, n);
-            out.extend_from_slice(b"\r\n");
-        }
-        Err(ArithError::NotFound) => {
-            bump(if incr { &c.incr_misses } else { &c.decr_misses });
-            out.extend_from_slice(b"NOT_FOUND\r\n");
-        }
-        Err(ArithError::NonNumeric) => out
-            .extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
-        Err(ArithError::Store(e)) => out.extend_from_slice(super::storage::store_error(ctx, e)),
+    match &result {
+        Ok(Changed::To { .. }) => bump(if incr { &c.incr_hits } else { &c.decr_hits }),
+        Err(ArithError::NotFound) => bump(if incr { &c.incr_misses } else { &c.decr_misses }),
+        Err(ArithError::Store(e)) => super::storage::count_error(ctx, e),
+        Ok(Changed::CasDiffers) | Err(ArithError::NonNumeric) => {}
     }
+    result
 }
 
 #[cfg(test)]

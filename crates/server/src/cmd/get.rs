@@ -1,9 +1,11 @@
-//! get, gets, gat, gats: `VALUE` lines for the hits, then `END`.
+//! get, gets, gat, gats: `VALUE` lines for the hits, then `END`. [`lookup`] and
+//! [`lookup_async`] are the lookup itself, counted, with the reply's encoding as a closure
+//! (the binary protocol's too).
 
 use cairn_engine::Ack;
 use cairn_flash::Promotion;
 use cairn_proto::{encode, GetKind};
-use cairn_store::ReadOutcome;
+use cairn_store::{ItemMeta, ReadOutcome};
 
 use super::exptime::absolute_exptime;
 use crate::stats::bump;
@@ -19,17 +21,61 @@ pub fn one(
     key: &[u8],
     out: &mut Vec<u8>,
 ) -> Ack {
+    lookup(ctx, exptime, now, key, |meta, value| {
+        encode::value(
+            out,
+            key,
+            meta.flags,
+            value,
+            kind.with_cas().then_some(meta.cas),
+        )
+    })
+    .1
+}
+
+/// [`one`] with the flash tier: a plain retrieval reads flash without holding a lock (the
+/// connection awaits the device read); gat first brings the item back to RAM
+/// (`Engine::resolve`).
+pub async fn one_async(
+    ctx: &Ctx,
+    kind: GetKind,
+    exptime: Option<i64>,
+    now: u32,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> Ack {
+    lookup_async(ctx, exptime, now, key, |meta, value| {
+        encode::value(
+            out,
+            key,
+            meta.flags,
+            value,
+            kind.with_cas().then_some(meta.cas),
+        )
+    })
+    .await
+    .1
+}
+
+/// Looks up one key (counted in `cmd_get`, `get_hits`, ...; with `exptime`, a gat, also in
+/// `cmd_touch`, `touch_hits`, ...) in RAM: `hit` sees a live item's metadata and value, to
+/// encode the reply in its protocol. Returns the outcome and what the reply waits for (gat
+/// changes the item's expiry: a write).
+pub fn lookup(
+    ctx: &Ctx,
+    exptime: Option<i64>,
+    now: u32,
+    key: &[u8],
+    hit: impl FnOnce(&ItemMeta, &[u8]),
+) -> (ReadOutcome<()>, Ack) {
     let c = &ctx.counters;
     bump(&c.cmd_get);
     let (outcome, ack) = match exptime {
         None => {
             // The reply is encoded under the shard lock, straight from the item's memory.
-            let outcome = ctx.store().get_with(key, now, |meta, value| {
-                let cas = kind.with_cas().then_some(meta.cas);
-                encode::value(out, key, meta.flags, value, cas);
-            });
-            count(ctx, outcome);
-            return Ack::NONE;
+            let outcome = ctx.store().get_with(key, now, hit);
+            count(ctx, &outcome);
+            return (outcome, Ack::NONE);
         }
         Some(exptime) => {
             bump(&c.cmd_touch);
@@ -56,23 +102,21 @@ pub fn one(
             })
         }
     };
-    answer(ctx, kind, key, outcome, out);
-    ack
+    (answer(ctx, outcome, hit), ack)
 }
 
-/// [`one`] with the flash tier: a plain retrieval reads flash without holding a lock (the
+/// [`lookup`] with the flash tier: a plain retrieval reads flash without holding a lock (the
 /// connection awaits the device read); gat first brings the item back to RAM
 /// (`Engine::resolve`).
-pub async fn one_async(
+pub async fn lookup_async(
     ctx: &Ctx,
-    kind: GetKind,
     exptime: Option<i64>,
     now: u32,
     key: &[u8],
-    out: &mut Vec<u8>,
-) -> Ack {
+    hit: impl FnOnce(&ItemMeta, &[u8]),
+) -> (ReadOutcome<()>, Ack) {
     let Some(flash) = ctx.engine.flash() else {
-        return one(ctx, kind, exptime, now, key, out);
+        return lookup(ctx, exptime, now, key, hit);
     };
     if exptime.is_some() {
         if ctx.engine.resolve(key).await.is_err() {
@@ -82,33 +126,31 @@ pub async fn one_async(
             bump(&c.cmd_get);
             bump(&c.cmd_touch);
             bump(&c.touch_misses);
-            answer(ctx, kind, key, ReadOutcome::Miss, out);
-            return Ack::NONE;
+            return (answer(ctx, ReadOutcome::Miss, hit), Ack::NONE);
         }
-        return one(ctx, kind, exptime, now, key, out);
+        return lookup(ctx, exptime, now, key, hit);
     }
     bump(&ctx.counters.cmd_get);
     let outcome = flash.get(ctx.store(), key, now, Promotion::IfHot).await;
-    answer(ctx, kind, key, outcome, out);
-    Ack::NONE
+    (answer(ctx, outcome, hit), Ack::NONE)
 }
 
-/// Counts a lookup's outcome and appends its `VALUE` block if it is a hit.
-fn answer(ctx: &Ctx, kind: GetKind, key: &[u8], outcome: ReadOutcome, out: &mut Vec<u8>) {
+/// Counts a lookup's outcome and hands a hit to `hit`.
+fn answer(ctx: &Ctx, outcome: ReadOutcome, hit: impl FnOnce(&ItemMeta, &[u8])) -> ReadOutcome<()> {
     let outcome = match outcome {
         ReadOutcome::Hit(item) => {
-            let cas = kind.with_cas().then_some(item.meta.cas);
-            encode::value(out, key, item.meta.flags, &item.value, cas);
+            hit(&item.meta, &item.value);
             ReadOutcome::Hit(())
         }
         ReadOutcome::Miss => ReadOutcome::Miss,
         ReadOutcome::Expired => ReadOutcome::Expired,
     };
-    count(ctx, outcome);
+    count(ctx, &outcome);
+    outcome
 }
 
 /// Counts a lookup's outcome (its reply is already encoded).
-fn count(ctx: &Ctx, outcome: ReadOutcome<()>) {
+fn count(ctx: &Ctx, outcome: &ReadOutcome<()>) {
     let c = &ctx.counters;
     match outcome {
         ReadOutcome::Hit(()) => bump(&c.get_hits),

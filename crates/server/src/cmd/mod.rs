@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod arcus;
 pub mod arith;
+pub mod binary;
 pub mod crawler;
 pub mod delete;
 pub mod dispatch;
