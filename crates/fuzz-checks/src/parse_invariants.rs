@@ -122,6 +122,8 @@ fn check_line(req: &Request, words: &[&[u8]], limits: &Limits, plain_key: impl F
         | Request::Verbosity { .. }
         | Request::Shutdown { .. }
         | Request::CacheMemlimit { .. }
+        | Request::Slabs { .. }
+        | Request::DebugTime { .. }
         | Request::LruCrawler(_) => {}
         Request::NotSupported {
             skip,

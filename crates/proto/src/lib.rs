@@ -32,12 +32,15 @@ mod limits;
 mod meta;
 mod meta_request;
 mod request;
+mod slabs;
 mod text;
 
 pub use error::{ErrorKind, ProtocolError};
 pub use limits::{key_is_valid, Limits, MAX_DATA_LEN, MAX_RETRIEVAL_LINE};
 pub use meta_request::{MetaCmd, MetaFlags, MetaMode, MetaRequest, MAX_EXPLICIT_CAS};
-pub use request::{ArithCreate, Crawler, GetKind, KeyList, Request, ShutdownMode, StoreKind};
+pub use request::{
+    ArithCreate, Crawler, GetKind, KeyList, Request, ShutdownMode, Slabs, StoreKind,
+};
 pub use text::parse;
 
 #[cfg(test)]

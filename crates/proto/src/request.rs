@@ -164,6 +164,18 @@ pub enum Request<'a> {
     },
     /// `lru_crawler ...`.
     LruCrawler(Crawler),
+    /// `slabs automove ...` or `slabs reassign <src> <dst>`: memcached's slab tuning, checked
+    /// as memcached checks it (cairn has no slab classes to move pages between).
+    Slabs {
+        cmd: Slabs,
+        noreply: bool,
+    },
+    /// `debugtime <seconds>`: a command of memcached's debug build (`memcached-debug`) that
+    /// moves the server's clock ahead; the server answers it only when debug commands are on.
+    /// `None`: the word is not a number of seconds to move ahead (0 to 2^32 - 1).
+    DebugTime {
+        secs: Option<u32>,
+    },
     /// An ARCUS command cairn does not implement (`lop`, `sop`, `mop`, `bop`, `getattr`,
     /// `setattr`, `flush_prefix`): answered `NOT_SUPPORTED`. Only its line is consumed; the
     /// caller skips `skip` more bytes (its data block and `\r\n`) as they arrive.
@@ -202,6 +214,16 @@ pub enum ShutdownMode {
     Graceful,
     /// Another word: `CLIENT_ERROR invalid shutdown mode` once shutdown is allowed at all.
     Invalid,
+}
+
+/// The `slabs` subcommands that are well formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slabs {
+    /// `slabs automove 0|1|2`, `slabs automove ratio|freeratio <float>`, `slabs automove
+    /// window <3..1800>`: the slab mover's settings.
+    Automove,
+    /// `slabs reassign <src> <dst>`: move a page from one slab class to another (`-1`: any).
+    Reassign { src: i32, dst: i32 },
 }
 
 /// The `lru_crawler` subcommands.

@@ -55,6 +55,11 @@ pub fn parse<'a>(
         }
         return Ok(None);
     };
+    // memcached 1.6.4x: a line shorter than the shortest command (two bytes: `mn`) is
+    // malformed, not an unknown command (an empty line, a lone space: 1.6.18 said ERROR).
+    if line.len() < 2 {
+        return Err(bad_format(line_len));
+    }
     if line.len() > line_limit(line, limits) {
         return Err(ProtocolError::hang_up("line too long", line_len));
     }
@@ -98,6 +103,8 @@ pub fn parse<'a>(
         },
         b"cache_memlimit" => cache_memlimit(&args, line_len)?,
         b"lru_crawler" => lru_crawler(&args, line_len)?,
+        b"slabs" => crate::slabs::parse(&args, line_len)?,
+        b"debugtime" => debugtime(&args, line_len)?,
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
             return meta::parse(cmd, &args, buf, line_len, limits)
         }
@@ -358,6 +365,19 @@ fn verbosity(args: &[&[u8]], line_len: usize) -> Result<Request<'static>, Protoc
     let noreply = ends_in_noreply(args);
     let level = parse_u32(args[0]).ok_or_else(|| bad_format(line_len).quiet_if(noreply))?;
     Ok(Request::Verbosity { level, noreply })
+}
+
+/// debugtime `<seconds>` (memcached's debug build). Another word (`p` and `r`, its pause and
+/// resume of the clock, or a negative jump: cairn's clock only moves ahead) is `secs: None`,
+/// for the server to refuse: whether the command exists at all is its to say.
+fn debugtime(args: &[&[u8]], line_len: usize) -> Result<Request<'static>, ProtocolError> {
+    match args {
+        [secs, ..] => Ok(Request::DebugTime {
+            secs: parse_u32(secs),
+        }),
+        // As memcached: without an argument, ERROR.
+        [] => Err(ProtocolError::unknown(line_len)),
+    }
 }
 
 /// cache_memlimit `<megabytes> [noreply]` (the range is the server's to check).

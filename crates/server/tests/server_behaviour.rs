@@ -77,8 +77,9 @@ fn out_of_range_checkpoint_interval_refuses_to_start() {
     );
 }
 
-/// Without --enable-admin no client can change a setting, trigger a checkpoint or change the
-/// log level; reading a setting stays open, and the refused line changes nothing.
+/// Without --enable-admin no client can change a setting or trigger a checkpoint; reading a
+/// setting stays open, and the refused line changes nothing. `verbosity N` is open to all, as
+/// in memcached (memccapable's `ascii verbosity` expects `OK`): it changes only the log level.
 #[test]
 fn admin_writes_are_refused_without_enable_admin() {
     let server = Server::start(&["--enable-admin", "false"]);
@@ -94,14 +95,17 @@ fn admin_writes_are_refused_without_enable_admin() {
                 "chkpt_interval_pct_snapshot 100\r\nEND\r\n",
             ),
             ("checkpoint\r\n", refused),
-            ("verbosity 1\r\n", refused),
+            ("cache_memlimit 100\r\n", refused),
+            ("verbosity 1\r\n", "OK\r\n"),
             // noreply stays silent: the next reply is the version's.
             (
-                "verbosity 1 noreply\r\nversion\r\n",
+                "verbosity 0 noreply\r\nversion\r\n",
                 &format!("VERSION {}\r\n", cairn_server::VERSION),
             ),
         ],
     );
+    let stats = String::from_utf8(server.connect().exchange(b"stats settings\r\n")).unwrap();
+    assert!(stats.contains("STAT verbosity 0\r\n"), "{stats}");
 }
 
 #[test]

@@ -207,7 +207,7 @@ fn last_access_and_hits_scenario() {
 }
 
 /// memcached 1.6.4x's protocol.txt, flag by flag where 1.6.18 differed or cairn did: E on every
-/// command that writes, C on mg, NS for append/prepend to a missing key, s after an append, c
+/// command that writes, C on mg (a match sends no value: 1.6.45's metaget.t), NS for append/prepend to a missing key, s after an append, c
 /// on every reply that reports an item (c0 where ms stored nothing, as memcached), quiet mode
 /// hiding only the nominal reply (mg q still answers a hit without value with HD, as
 /// memcached 1.6.18 does), flags of other commands accepted and ignored.
@@ -229,8 +229,8 @@ fn meta_follows_protocol_txt_1_6_4x() {
             // q hides HD only.
             ("ms gone 2 C1 c q\r\nxx\r\n", "NF c0\r\n"),
             ("ms k 2 q T0\r\nzz\r\n", ""),
-            // C on mg: another unique is EX and changes nothing.
-            ("mg k C5 v T99\r\n", "EX\r\n"),
+            // C on mg (1.6.45): the unique the client holds; another one answers as without C.
+            ("mg k C5 v\r\n", "VA 2\r\nzz\r\n"),
             ("mg k t\r\n", "HD t-1\r\n"),
             ("mg k q\r\n", "HD\r\n"),
             ("mg k q v\r\n", "VA 2\r\nzz\r\n"),
@@ -238,6 +238,9 @@ fn meta_follows_protocol_txt_1_6_4x() {
             // E on mg: a touch (T) or a creation (N) takes the client's unique.
             ("mg k T30 E200 c t\r\n", "HD c200 t30\r\n"),
             ("mg k C200 E201 T40 c t\r\n", "HD c201 t40\r\n"),
+            // ...and the matching one drops the value: HD, the other flags as usual.
+            ("mg k C201 v c s\r\n", "HD c201 s2\r\n"),
+            ("mg k C200 v c\r\n", "VA 2 c201\r\nzz\r\n"),
             ("mg new N30 E300 c\r\n", "HD c300 W\r\n"),
             // md I bumps the unique (E's here); x keeps the item without its value.
             ("md k I E400 q\r\n", ""),
@@ -262,6 +265,69 @@ fn meta_follows_protocol_txt_1_6_4x() {
             ),
             ("mg\r\n", "CLIENT_ERROR bad command line format\r\n"),
             ("ms\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        ],
+    );
+}
+
+/// ms with C as memcached 1.6.45's `do_store_item` has it (metaget.t's "ms append with bad
+/// cas"): set and replace compare (NF, EX); append and prepend compare unless C is 0 and say
+/// NS for a missing key whatever C says; add ignores C. Breaking it: checking C before the
+/// mode (as cairn did) answers NF to the first line.
+#[test]
+fn ms_compares_cas_by_mode() {
+    let server = Server::start(&[]);
+    golden(
+        &mut server.connect(),
+        &[
+            ("ms a 2 MA C5000 T30\r\nhi\r\n", "NS\r\n"),
+            ("ms a 2 MP C5000\r\nhi\r\n", "NS\r\n"),
+            ("ms a 2 MA C5000 N30\r\nhi\r\n", "HD\r\n"),
+            ("ms b 2 ME C5000 E2 c\r\nhi\r\n", "HD c2\r\n"),
+            ("ms b 2 ME C2\r\nho\r\n", "NS\r\n"),
+            ("ms b 1 MA C7\r\n!\r\n", "EX\r\n"),
+            ("ms b 1 MA C0 E3 c\r\n!\r\n", "HD c3\r\n"),
+            ("ms b 1 MA C3 E4 c\r\n?\r\n", "HD c4\r\n"),
+            ("mg b v\r\n", "VA 4\r\nhi!?\r\n"),
+            ("ms b 1 C0\r\nx\r\n", "EX\r\n"),
+            ("ms b 1 MR C9\r\nx\r\n", "EX\r\n"),
+            ("ms gone 1 MR C9\r\nx\r\n", "NF\r\n"),
+            ("ms gone 1 C9\r\nx\r\n", "NF\r\n"),
+        ],
+    );
+}
+
+/// A stale set (ms with I and an older C: a refill that lost a race with an invalidation)
+/// stores the value as stale but keeps the item's TTL and whether its win token is out
+/// (memcached's CAS_STALE; metaget.t "TTL wasn't modified", "win token already sent").
+/// Breaking it: storing with the request's T gives t90, and a fresh item answers W, not Z.
+#[test]
+fn a_stale_set_keeps_the_ttl_and_the_win_token() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    golden(
+        &mut c,
+        &[
+            ("ms s 3 E50\r\nmoo\r\n", "HD\r\n"),
+            ("md s I T30 E60\r\n", "HD\r\n"),
+            ("mg s c v\r\n", "VA 3 c60 X W\r\nmoo\r\n"),
+            ("ms s 1 T90 C0\r\nf\r\n", "EX\r\n"),
+            ("ms s 1 I T90 C59 E70\r\nf\r\n", "HD\r\n"),
+            ("mg s c v\r\n", "VA 1 c70 Z X\r\nf\r\n"),
+        ],
+    );
+    let got = String::from_utf8(c.exchange(b"mg s t\r\n")).unwrap();
+    let ttl: u32 = got
+        .strip_prefix("HD t")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{got:?}"));
+    assert!((1..=30).contains(&ttl), "TTL raised: {got:?}");
+    // The matching unique is a plain set: fresh, its own TTL, no stale mark.
+    golden(
+        &mut c,
+        &[
+            ("ms s 1 I C70 E80 T0\r\ng\r\n", "HD\r\n"),
+            ("mg s c t v\r\n", "VA 1 c80 t-1\r\ng\r\n"),
         ],
     );
 }

@@ -135,7 +135,8 @@ fn errors_keep_the_connection_usable() {
         &mut c,
         &[
             ("bogus\r\n", "ERROR\r\n"),
-            ("\r\n", "ERROR\r\n"),
+            // Shorter than any command: malformed (memcached 1.6.45).
+            ("\r\n", "CLIENT_ERROR bad command line format\r\n"),
             ("get\r\n", "ERROR\r\n"),
             ("set k 0 0\r\n", "ERROR\r\n"),
             // A malformed storage command whose length could be read skips its data block.
@@ -143,10 +144,11 @@ fn errors_keep_the_connection_usable() {
                 "set k x 0 1\r\nx\r\n",
                 "CLIENT_ERROR bad command line format\r\n",
             ),
-            // As in memcached: the block is len + 2 bytes; what is left of the line is a command.
+            // As in memcached: the block is len + 2 bytes; what is left of the line is a command
+            // (here an empty line: malformed, as memcached 1.6.45 answers it).
             (
                 "set k 0 0 1\r\nxyz\r\n",
-                "CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+                "CLIENT_ERROR bad data chunk\r\nCLIENT_ERROR bad command line format\r\n",
             ),
             (
                 &format!("get {}\r\n", "k".repeat(251)),
@@ -266,6 +268,73 @@ fn flush_all_and_misc() {
     );
     c.send(b"quit\r\n");
     assert_eq!(c.read_to_close(), b"");
+}
+
+/// memcached's slab tuning gets memcached's answers (strtol-testing.t: `slabs automove
+/// invalid`): the mover's settings are accepted, a reassignment has no page to move, and
+/// malformed lines get memcached's errors. Breaking it: without the `slabs` command every
+/// line here is `ERROR`.
+#[test]
+fn slabs_lines_are_answered_as_memcached() {
+    let server = Server::start(&["--enable-admin", "false"]);
+    golden(
+        &mut server.connect(),
+        &[
+            ("slabs automove 1\r\n", "OK\r\n"),
+            ("slabs automove 0 noreply\r\n", ""),
+            ("slabs automove ratio 0.8\r\n", "OK\r\n"),
+            ("slabs automove window 30\r\n", "OK\r\n"),
+            (
+                "slabs automove invalid\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            (
+                "slabs automove window 1\r\n",
+                "CLIENT_ERROR automove window too low or too high\r\n",
+            ),
+            ("slabs automove 3\r\n", "ERROR\r\n"),
+            (
+                "slabs reassign 1 1\r\n",
+                "SAME src and dst class are identical\r\n",
+            ),
+            (
+                "slabs reassign 0 2\r\n",
+                "BADCLASS invalid src or dst class id\r\n",
+            ),
+            (
+                "slabs reassign 1 64\r\n",
+                "BADCLASS invalid src or dst class id\r\n",
+            ),
+            (
+                "slabs reassign -1 2\r\n",
+                "NOSPARE source class has no spare pages\r\n",
+            ),
+            (
+                "slabs reassign x 2\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            ("slabs\r\n", "ERROR\r\n"),
+        ],
+    );
+}
+
+/// memcached 1.6.45 (metaget.t's "error from blank command"): a line shorter than the
+/// shortest command is malformed, not unknown; the connection goes on.
+#[test]
+fn a_blank_line_is_a_bad_command_line() {
+    let server = Server::start(&[]);
+    golden(
+        &mut server.connect(),
+        &[
+            (" \n", "CLIENT_ERROR bad command line format\r\n"),
+            ("\r\n", "CLIENT_ERROR bad command line format\r\n"),
+            ("  \r\n", "ERROR\r\n"),
+            (
+                "version\r\n",
+                &format!("VERSION {}\r\n", cairn_server::VERSION),
+            ),
+        ],
+    );
 }
 
 #[test]

@@ -16,9 +16,9 @@
 //! like ARCUS's answer to `config verbosity` with no argument: one line `KEY VALUE`, then `END`.
 //! The value is written as the setting line takes it (`on`/`off`, a number of % or of MiB):
 //!
-//! Reading a setting is open to every client; changing one, triggering a checkpoint and
-//! `verbosity` need `--enable-admin` ([`refusal`]), so that no client can turn SYNC off for
-//! everyone.
+//! Reading a setting is open to every client; changing one and triggering a checkpoint need
+//! `--enable-admin` ([`refusal`]), so that no client can turn SYNC off for everyone.
+//! (`verbosity N` is open to all, as in memcached: it changes only the log level.)
 //!
 //! ```text
 //!   config async_logging\r\n                 ->  async_logging off\r\nEND\r\n

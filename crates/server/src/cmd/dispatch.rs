@@ -174,12 +174,10 @@ fn execute(ctx: &Arc<Ctx>, tx: &Tx<'_>, request: Request, out: &mut Vec<u8>) -> 
         Request::Stats { args } => stats::stats(ctx, &args, out),
         Request::Version => misc::version(out),
         Request::Verbosity { level, noreply } => {
-            let reply = admin::refusal(ctx).unwrap_or_else(|| {
-                ctx.set_verbosity(level);
-                b"OK\r\n"
-            });
+            // Open to every client, as in memcached: it changes only what the log shows.
+            ctx.set_verbosity(level);
             if !noreply {
-                out.extend_from_slice(reply);
+                out.extend_from_slice(b"OK\r\n");
             }
         }
         Request::Quit => return Flow::Close,
@@ -195,6 +193,13 @@ fn execute(ctx: &Arc<Ctx>, tx: &Tx<'_>, request: Request, out: &mut Vec<u8>) -> 
         Request::LruCrawler(Crawler::Metadump { .. }) => out.extend_from_slice(b"END\r\n"),
         Request::LruCrawler(Crawler::Crawl) => crawler::crawl(ctx, out),
         Request::LruCrawler(Crawler::Tune) => out.extend_from_slice(b"OK\r\n"),
+        Request::Slabs { cmd, noreply } => {
+            let reply = misc::slabs(cmd);
+            if !noreply {
+                out.extend_from_slice(reply);
+            }
+        }
+        Request::DebugTime { secs } => misc::debugtime(ctx, secs, out),
         Request::Get { .. } | Request::Admin { .. } | Request::NotSupported { .. } => {
             unreachable!("answered by `answer` itself")
         }
@@ -220,6 +225,8 @@ pub fn is_write(request: &Request) -> bool {
         Request::Stats { .. }
         | Request::Shutdown { .. }
         | Request::LruCrawler(_)
+        | Request::Slabs { .. }
+        | Request::DebugTime { .. }
         | Request::Version
         | Request::Verbosity { .. }
         | Request::Quit

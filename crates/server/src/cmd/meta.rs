@@ -1,12 +1,19 @@
 //! The meta commands: mg, ms, md, ma, mn, me, as memcached 1.6.4x's protocol.txt has them.
 //!
 //! ```text
-//!   mg key v t c f k s h l Oxx C E N R T u q  ->  VA <len> <flags>\r\n<data>\r\n | HD <flags> | EN | EX
+//!   mg key v t c f k s h l Oxx C E N R T u q  ->  VA <len> <flags>\r\n<data>\r\n | HD <flags> | EN
 //!   ms key <len> F T C E I M N c k s O q b    ->  HD | NS | EX | NF   (then <flags>)
 //!   md key C E I T x k O q b                  ->  HD | NF | EX
 //!   ma key N J D T M C E t c v k O q b        ->  HD | VA <len>\r\n<number>\r\n | NF | NS | EX
 //!   mn -> MN      me key [b] -> ME key exp=.. la=.. cas=.. fetch=.. cls=1 size=..
 //! ```
+//!
+//! `C` is a condition on every command but mg, as memcached 1.6.45's `do_store_item` has it
+//! for ms: set and replace with C compare (NF when the key is missing, EX when the unique
+//! differs; with I, an older unique still stores, as a stale item that keeps the old TTL and
+//! win token), append and prepend compare when C is not 0 (NS when missing, unless N), add
+//! ignores it. On mg, C names the unique the client holds: a match answers HD without the
+//! value (`v` is dropped), anything else answers as without C.
 //!
 //! Return flags are written in the order the request gave them, then Z (a win token was
 //! already handed out), X (the item is stale) and W (this client won the right to recache).
@@ -131,9 +138,8 @@ fn compare_cas(f: &MetaFlags, current: Option<(ItemMeta, usize)>) -> Result<(), 
 enum Found {
     /// No live item (and no N): EN. Whether an expired one was found.
     Miss { expired: bool },
-    /// C named another CAS unique: EX, and nothing changed.
-    Mismatch,
-    /// The item after this request's changes; `before` as it was (for `h` and `l`).
+    /// The item after this request's changes; `before` as it was (for `h` and `l`, and the
+    /// unique `C` is checked against).
     Hit {
         item: Item,
         before: ItemMeta,
@@ -164,9 +170,6 @@ fn get(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 created = true;
             }
             Some(current) => {
-                if compare_cas(f, Some(current)).is_err() {
-                    return Found::Mismatch;
-                }
                 let (meta, _) = current;
                 let recache = f
                     .recache_ttl
@@ -207,10 +210,6 @@ fn get(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 return_flags(MetaLine::new(out, b"EN"), req, Report::default(), now).end();
             }
         }
-        Found::Mismatch => {
-            bump(&c.get_hits);
-            return_flags(MetaLine::new(out, b"EX"), req, Report::default(), now).end();
-        }
         Found::Hit { item, before, won } => {
             bump(&c.get_hits);
             if f.new_ttl.is_some() {
@@ -220,7 +219,10 @@ fn get(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             let Item { value, mut meta } = item;
             // `l` answers for the access before this one.
             meta.last_access = before.last_access;
-            let line = if f.return_value {
+            // C: the client holds this unique already, so the value is not sent again (HD);
+            // everything else (T, N, R, the return flags) as without it (memcached 1.6.45).
+            let send_value = f.return_value && f.compare_cas != Some(before.cas);
+            let line = if send_value {
                 MetaLine::value(out, value.len())
             } else {
                 MetaLine::new(out, b"HD")
@@ -242,7 +244,7 @@ fn get(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 line = line.flag(b'W', b"");
             }
             line.end();
-            if f.return_value {
+            if send_value {
                 out.extend_from_slice(&value);
                 out.extend_from_slice(b"\r\n");
             }
@@ -261,24 +263,40 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     // The code, and the stored item's meta and value length.
     type Outcome = Result<(Code, Option<(ItemMeta, usize)>), StoreError>;
     let result: Outcome = tx.entry(&req.key, now, |e| {
-        let current = e.peek();
-        let mut stale = false;
-        if let Err(code) = compare_cas(f, current) {
-            // I: a compare-and-swap with an older CAS still stores, but marks the item stale.
-            let older = matches!((f.compare_cas, current), (Some(cc), Some((m, _))) if cc < m.cas);
-            if !(f.invalidate && older) {
-                bump(if code == Code::NotFound {
-                    &c.cas_misses
-                } else {
-                    &c.cas_badval
-                });
-                return Ok((code, None));
-            }
-            stale = true;
-        }
+        let current = e.peek().map(|(m, _)| m);
         let (stored, len) = match mode {
-            // The engine's rule, as text set/add/replace and gRPC's: add only when absent,
-            // replace only when there, and a set refused as too large leaves no stale value.
+            // With C, set and replace are memcached's `cas`.
+            MetaMode::Set | MetaMode::Replace if f.compare_cas.is_some() => {
+                match cas_set(f, current) {
+                    Err(code) => {
+                        bump(if code == Code::NotFound {
+                            &c.cas_misses
+                        } else {
+                            &c.cas_badval
+                        });
+                        return Ok((code, None));
+                    }
+                    Ok(stale) => {
+                        bump(&c.cas_hits);
+                        // A stale set keeps the item's TTL and whether its win token is out.
+                        let old = stale.then_some(current).flatten();
+                        let exptime = old.map_or(exptime, |m| m.exptime);
+                        let mut m = e.store(&[value], flags, exptime, f.explicit_cas)?;
+                        if let Some(old) = old {
+                            e.update_meta(|m| {
+                                m.stale = true;
+                                m.win_sent = old.win_sent;
+                            });
+                            m.stale = true;
+                            m.win_sent = old.win_sent;
+                        }
+                        (m, value.len())
+                    }
+                }
+            }
+            // The engine's rule, as text set/add/replace and gRPC's: add only when absent
+            // (whatever C says), replace only when there, and a set refused as too large
+            // leaves no stale value.
             MetaMode::Set | MetaMode::Add | MetaMode::Replace => {
                 let mode = match mode {
                     MetaMode::Set => PutMode::Set,
@@ -291,7 +309,7 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 }
             }
             MetaMode::Append | MetaMode::Prepend => match e.item() {
-                // NS for a missing key, unless N creates it.
+                // NS for a missing key (C or not), unless N creates it.
                 None => match f.vivify_ttl {
                     Some(ttl) => {
                         let exptime = absolute_exptime(ttl, now);
@@ -302,6 +320,13 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                     }
                     None => return Ok((Code::NotStored, None)),
                 },
+                // C other than 0 must match (memcached reads C0 as no compare here).
+                Some(old)
+                    if f.compare_cas
+                        .is_some_and(|cc| cc != 0 && cc != old.meta.cas) =>
+                {
+                    return Ok((Code::Exists, None))
+                }
                 Some(old) => {
                     let parts: [&[u8]; 2] = if mode == MetaMode::Append {
                         [&old.value, value]
@@ -314,15 +339,7 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             },
             MetaMode::Incr | MetaMode::Decr => return Ok((Code::NotStored, None)),
         };
-        if f.compare_cas.is_some() {
-            bump(&c.cas_hits);
-        }
-        let mut meta = stored;
-        if stale {
-            e.update_meta(|m| m.stale = true);
-            meta.stale = true;
-        }
-        Ok((Code::Stored, Some((meta, len))))
+        Ok((Code::Stored, Some((stored, len))))
     });
     match result {
         Ok((code, stored)) => {
@@ -334,6 +351,22 @@ fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             write_reply(req, code, report, now, out)
         }
         Err(e) => out.extend_from_slice(super::storage::store_error(ctx, e)),
+    }
+}
+
+/// ms set or replace with C (memcached's `cas`, through the engine's compare as text `cas`
+/// and gRPC's): `Ok(false)` stores, `Ok(true)` stores a stale item (I with a unique older than
+/// the item's: a late refill after an invalidation), `Err` is the code to answer (NF: no item;
+/// EX: another unique).
+fn cas_set(f: &MetaFlags, current: Option<ItemMeta>) -> Result<bool, Code> {
+    let expected = f.compare_cas.unwrap_or(0);
+    match compare(Compare::Cas(expected), current.as_ref()) {
+        Ok(()) => Ok(false),
+        Err(Mismatch::Absent) => Err(Code::NotFound),
+        Err(Mismatch::Differs(actual)) if f.invalidate && expected != 0 && expected < actual => {
+            Ok(true)
+        }
+        Err(Mismatch::Differs(_)) => Err(Code::Exists),
     }
 }
 

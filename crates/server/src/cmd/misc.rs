@@ -1,6 +1,6 @@
-//! version, shutdown, cache_memlimit.
+//! version, shutdown, cache_memlimit, slabs, debugtime.
 
-use cairn_proto::ShutdownMode;
+use cairn_proto::{ShutdownMode, Slabs};
 
 use super::flow::Flow;
 use crate::version::VERSION;
@@ -49,4 +49,41 @@ pub fn version(out: &mut Vec<u8>) {
     out.extend_from_slice(b"VERSION ");
     out.extend_from_slice(VERSION.as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// `slabs automove ...` and `slabs reassign <src> <dst>` (the parser refused the malformed
+/// ones as memcached does). cairn has no slab classes: its items live in segments of one
+/// kind, so the mover's settings are accepted and change nothing (`OK`), and a reassignment
+/// gets memcached's own answer for a page that cannot move: `SAME` for one class, `BADCLASS`
+/// for a class id out of memcached's range (1 to 63, or -1 for any source), else `NOSPARE`.
+pub fn slabs(cmd: Slabs) -> &'static [u8] {
+    match cmd {
+        Slabs::Automove => b"OK\r\n",
+        Slabs::Reassign { src, dst } if src == dst => b"SAME src and dst class are identical\r\n",
+        Slabs::Reassign { src, dst }
+            if !(src == -1 || (1..=63).contains(&src)) || !(1..=63).contains(&dst) =>
+        {
+            b"BADCLASS invalid src or dst class id\r\n"
+        }
+        Slabs::Reassign { .. } => b"NOSPARE source class has no spare pages\r\n",
+    }
+}
+
+/// `debugtime N`, a test aid (`--enable-debug-commands`): the server's clock moves N seconds
+/// ahead, for every front end, so items expire without a test waiting. Off, `ERROR`, as
+/// memcached's release build answers it. memcached's `debugtime p|r` (pause, resume) and a
+/// negative N are refused: cairn's clock only moves ahead.
+pub fn debugtime(ctx: &Ctx, secs: Option<u32>, out: &mut Vec<u8>) {
+    if !ctx.config.enable_debug_commands {
+        out.extend_from_slice(b"ERROR\r\n");
+        return;
+    }
+    let Some(secs) = secs else {
+        out.extend_from_slice(
+            b"CLIENT_ERROR debugtime takes the seconds to move the clock ahead (0 or more)\r\n",
+        );
+        return;
+    };
+    ctx.advance_clock(secs);
+    out.extend_from_slice(b"OK\r\n");
 }

@@ -10,7 +10,7 @@
 //!   Request::Meta ........ meta.rs     version, verbosity, quit, admin  misc.rs, admin.rs
 //!   Request::NotSupported  arcus.rs    (ARCUS's collections and attributes; the connection
 //!                                       keeps its pipeline state)
-//!   Request::LruCrawler .. crawler.rs
+//!   Request::LruCrawler .. crawler.rs  slabs, debugtime (--enable-debug-commands) . misc.rs
 //! ```
 //!
 //! Beside them: `dispatch` ([`answer`], [`Session`]), `flow` ([`Flow`], [`Closed`]),

@@ -108,7 +108,7 @@ pub struct Config {
     /// (docs/decisions/0011-the-log-syncer-under-sched-batch.md).
     #[arg(long)]
     pub log_batch_sched: bool,
-    /// Allow admin writes from clients: `config KEY N`, checkpoint triggers, `verbosity`.
+    /// Allow admin writes from clients: `config KEY N`, checkpoint triggers, `cache_memlimit`.
     #[arg(long)]
     pub enable_admin: bool,
     /// memcached's ASCII authentication: a file of `user:pass` lines; each connection's first
@@ -128,6 +128,12 @@ pub struct Config {
     /// Allow the `shutdown [graceful]` command (memcached `-A`).
     #[arg(short = 'A', long)]
     pub enable_shutdown: bool,
+    /// A test aid, off in production: accept the debug commands of memcached's debug build
+    /// (`debugtime N`: the server's clock jumps N seconds ahead), which memcached's own test
+    /// suite uses to expire items without sleeping. Off, they answer ERROR as memcached's
+    /// release build does.
+    #[arg(long)]
+    pub enable_debug_commands: bool,
     /// Refuse `flush_all` with `CLIENT_ERROR flush_all not allowed` (memcached `-F`).
     #[arg(short = 'F', long)]
     pub disable_flush_all: bool,
@@ -260,6 +266,7 @@ impl Default for Config {
             ssl_chain_cert: None,
             ssl_key: None,
             enable_shutdown: false,
+            enable_debug_commands: false,
             disable_flush_all: false,
             flash_path: None,
             flash_size: 0,
