@@ -35,7 +35,7 @@
 use std::sync::Arc;
 
 use cairn_engine::Ack;
-use cairn_proto::{parse, Request};
+use cairn_proto::Request;
 use tokio::sync::watch;
 
 use crate::cmd::{self, Closed, Flow, Session};
@@ -231,6 +231,14 @@ impl<S: Transport> Session for Conn<S> {
     fn fence(&mut self, ctx: &Ctx) -> impl std::future::Future<Output = bool> {
         fence(ctx, self)
     }
+
+    fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
+    fn authenticate(&mut self, ctx: &Ctx, request: Request) {
+        authenticate(ctx, &mut self.authenticated, &mut self.output, request);
+    }
 }
 
 /// memcached's ASCII authentication (`-Y`): the first command must be a `set` whose data is
@@ -300,47 +308,16 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                 mark = done;
             }
         } else {
-            match parse(&input[start..], &ctx.limits) {
-                Ok(None) => break Flow::Continue,
-                Ok(Some((request, used))) => {
-                    start += used;
-                    if let Request::NotSupported { skip, .. } = request {
-                        // An ARCUS command's data block: skipped as it arrives, whatever the
-                        // command is answered.
-                        c.swallow = skip;
-                    }
-                    if !c.authenticated {
-                        authenticate(ctx, &mut c.authenticated, &mut c.output, request);
-                        continue;
-                    }
-                    let family = crate::stats::Family::of(&request);
-                    match cmd::answer(ctx, c, request).await? {
-                        Flow::Continue => {}
-                        Flow::Close => break Flow::Close,
-                        // Answered with the refusal; not timed.
-                        Flow::Refused => continue,
-                    }
-                    let done = std::time::Instant::now();
-                    ctx.latency
-                        .observe(family, done.saturating_duration_since(mark));
-                    mark = done;
-                }
-                Err(e) => {
-                    bump(&ctx.counters.protocol_errors);
-                    if let Some(key) = &e.forget {
-                        let ack = cmd::storage::forget(ctx, key);
-                        c.note(ack);
-                    }
-                    if !e.silent {
-                        c.output.extend_from_slice(e.reply_line().as_bytes());
-                        c.output.extend_from_slice(b"\r\n");
-                    }
-                    start += e.consumed;
-                    c.swallow = e.swallow;
-                    if e.close {
-                        break Flow::Close;
-                    }
-                }
+            let Some(step) = cmd::answer_next(ctx, c, &input[start..], &mut mark).await? else {
+                break Flow::Continue;
+            };
+            start += step.used;
+            c.swallow = step.swallow;
+            match step.flow {
+                Flow::Continue => {}
+                Flow::Close => break Flow::Close,
+                // Answered with the refusal (or an authentication line); not timed.
+                Flow::Refused => continue,
             }
         }
         if c.output.len() >= ctx.config.output_buffer_max {

@@ -16,7 +16,8 @@
 //! Shared state is one [`Ctx`] (ctx.rs, built by [`Ctx::open`] in open.rs): the engine, the
 //! one write path every front end takes (cairn-engine, with the store, the log, the flash
 //! tier, the watch hub and the clock), and the front end's settings, counters and access
-//! control. Shutdown: a watch channel tells the accept loop and every connection to stop
+//! control. memcached's UDP protocol (`-U`) is `udp/`, answering each datagram through the
+//! same `cmd::answer_next` as a connection. Shutdown: a watch channel tells the accept loop and every connection to stop
 //! after the requests in hand.
 
 pub mod accept_backoff;
@@ -37,6 +38,7 @@ pub mod stats;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 pub mod transport;
+pub mod udp;
 pub mod uring;
 pub mod version;
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use cairn_server::config::{Config, ConfigError};
-use cairn_server::{cluster, metrics, server, Ctx};
+use cairn_server::{cluster, metrics, server, udp, Ctx};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::{reload, EnvFilter};
 
@@ -77,6 +77,20 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         .await
         .map_err(|e| format!("refusing to start: cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // memcached's UDP (-U), on -l's address: off unless a port is named.
+    let udp_socket = match udp::bind(config).await.transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            let port = config.udp_port;
+            return Err(format!(
+                "refusing to start: cannot listen on UDP port {port}: {e}"
+            ));
+        }
+    };
+    let udp_local = match &udp_socket {
+        Some(s) => Some(s.local_addr().map_err(|e| e.to_string())?),
+        None => None,
+    };
     let metrics_listener = match config.metrics_addr {
         Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| {
             format!("refusing to start: cannot listen on metrics address {a}: {e}")
@@ -99,6 +113,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     let c = &ctx.config;
     tracing::info!(
         addr = %local,
+        udp = %udp_local.map_or_else(|| "off".to_string(), |a| a.to_string()),
         threads = c.worker_threads(),
         io_engine = %c.io_engine,
         memory_limit_mb = c.memory_limit_mb,
@@ -150,6 +165,10 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
     // Tests and scripts wait for this line to know the server is ready and where.
     // The handlers are in place before the ready line: a SIGTERM right after it is graceful.
     let signal = server::shutdown_signal(Arc::clone(&ctx));
+    if let Some(addr) = udp_local {
+        // Before the "listening" line, so that a test that waits for that line has both.
+        println!("cairn udp listening on {addr}");
+    }
     println!("cairn listening on {local}");
     cluster::start_follower(&ctx, local, rx.clone());
     tokio::spawn(async move {
@@ -164,7 +183,13 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         }
         let _ = tx.send(true);
     });
+    // UDP is answered from here on, as TCP: once the node may serve.
+    let udp_task = udp_socket.map(|s| tokio::spawn(udp::serve(Arc::clone(&ctx), s, rx.clone())));
     server::run(Arc::clone(&ctx), listener, rx).await;
+    if let Some(t) = udp_task {
+        // Its loops stop after the datagram in hand.
+        let _ = t.await;
+    }
     if let Some(t) = grpc_task {
         // Streams end when the server stops (watch streams have no natural end).
         t.abort();

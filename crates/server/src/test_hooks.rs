@@ -17,6 +17,7 @@
 //!     FLASH_WAIT_FOR_WRITER ──────────────> flash::open: FlashConfig::wait_for_writer
 //!     REFUSE_IO_URING ────────────────────> uring: making a thread's ring fails (EPERM)
 //!     SINGLE_SHOT_RECV, FIXED_FILES ──────> uring: receives and the registered file table
+//!     UDP_REQUEST_MAX ────────────────────> udp: the largest request datagram read whole
 //! ```
 
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub const SINGLE_SHOT_RECV: &str = "CAIRN_TEST_SINGLE_SHOT_RECV";
 /// `N`: a smaller registered file table per ring (N slots), so that a test can fill it and
 /// see the slots of ended connections reused.
 pub const FIXED_FILES: &str = "CAIRN_TEST_FIXED_FILES";
+
+/// `N`: UDP request datagrams over N bytes are dropped as too large, instead of over 65536
+/// (which no IPv4 or IPv6 datagram exceeds), so that a test can send one.
+pub const UDP_REQUEST_MAX: &str = "CAIRN_TEST_UDP_REQUEST_MAX";
 
 /// Opens the server's state with `open`, handing it the log's file system and its bound on
 /// pending bytes: the real file system and the default bound, unless [`LOG_PENDING_KIB`] or
@@ -103,4 +108,12 @@ pub fn fixed_files() -> Option<u64> {
     std::env::var(FIXED_FILES)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// The largest UDP request datagram that [`UDP_REQUEST_MAX`] asks for, if it is set to a
+/// number.
+pub fn udp_request_max() -> Option<usize> {
+    std::env::var(UDP_REQUEST_MAX)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
 }

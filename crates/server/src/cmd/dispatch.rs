@@ -45,6 +45,13 @@ pub trait Session {
     fn flush(&mut self, ctx: &Ctx) -> impl Future<Output = Result<(), Closed>>;
     /// Waits until every earlier write of this connection is durable, whatever the mode.
     fn fence(&mut self, ctx: &Ctx) -> impl Future<Output = bool>;
+    /// False while the client must still authenticate (`-Y`): its requests then go to
+    /// [`Session::authenticate`] instead of [`answer`].
+    fn authenticated(&self) -> bool {
+        true
+    }
+    /// Answers a request of a client that has not authenticated yet (`-Y`).
+    fn authenticate(&mut self, _ctx: &Ctx, _request: Request) {}
 }
 
 /// Answers one request into the session's output.

@@ -13,7 +13,9 @@
 //!   Request::LruCrawler .. crawler.rs  slabs, debugtime (--enable-debug-commands) . misc.rs
 //! ```
 //!
-//! Beside them: `dispatch` ([`answer`], [`Session`]), `flow` ([`Flow`], [`Closed`]),
+//! Beside them: `dispatch` ([`answer`], [`Session`]), `next` ([`answer_next`]: parse the
+//! first request of some bytes and answer it, the step a TCP connection and a UDP datagram
+//! both repeat), `flow` ([`Flow`], [`Closed`]),
 //! `write_error` (the memcached wording of the engine's refusals), `exptime` (memcached's
 //! expiry rule).
 
@@ -30,6 +32,7 @@ pub mod flush;
 pub mod get;
 pub mod meta;
 pub mod misc;
+pub mod next;
 pub mod stats;
 pub mod storage;
 pub mod touch;
@@ -37,3 +40,4 @@ pub mod write_error;
 
 pub use dispatch::{answer, is_write, Session};
 pub use flow::{Closed, Flow};
+pub use next::{answer_next, Answered};

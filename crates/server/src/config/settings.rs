@@ -162,8 +162,9 @@ pub struct Config {
     /// ignored.
     #[arg(long)]
     pub ext_path: Option<String>,
-    /// UDP port (memcached `-U`): only 0 (off, memcached's default since 1.5.6) is accepted;
-    /// cairn serves TCP only, and refuses to start rather than silently not serve UDP.
+    /// UDP port on the -l address (memcached `-U`); 0 = off, the default (as memcached's
+    /// since 1.5.6): UDP replies can be aimed at third parties (reflection attacks), so open
+    /// it on a trusted network only.
     #[arg(short = 'U', long)]
     pub udp_port: u16,
     /// Address of the gRPC API (KV, streaming reads, watch), or "off".

@@ -362,17 +362,18 @@ fn chkpt_setting_names_and_ranges() {
     Config::default().validate().unwrap();
 }
 
-/// memcached's -U: 0 (UDP off, memcached's default) is accepted, any port refuses to start
-/// with the reason, and -F disables flush_all.
+/// memcached's -U: off (0) by default, a port turns UDP on; with -Y (ASCII authentication) it
+/// refuses to start, as memcached does. -F disables flush_all.
 #[test]
-fn udp_is_refused_and_flush_all_can_be_disabled() {
+fn udp_is_off_by_default_and_refused_with_auth_and_flush_all_can_be_disabled() {
+    assert_eq!(Config::default().udp_port, 0);
     let c = Config::from_args(["cairn", "-U", "0", "-F"]).unwrap();
     assert_eq!((c.udp_port, c.disable_flush_all), (0, true));
-    let err = Config::from_args(["cairn", "-U", "11211"])
+    let c = Config::from_args(["cairn", "-U", "11211", "-l", "::1"]).unwrap();
+    assert_eq!((c.udp_port, c.listen.as_str()), (11211, "::1"));
+    let err = Config::from_args(["cairn", "-U", "11211", "-Y", "auth"])
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("udp_port") && err.contains("TCP only"),
-        "{err}"
-    );
+    assert!(err.contains("udp_port") && err.contains("-Y"), "{err}");
+    Config::from_args(["cairn", "-U", "0", "-Y", "auth"]).unwrap();
 }

@@ -19,10 +19,11 @@ impl Config {
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return invalid("max_connections", "must be between 1 and 1000000");
         }
-        if self.udp_port != 0 {
+        if self.udp_port != 0 && self.auth_file.is_some() {
+            // As memcached: authentication is per connection, and UDP has none.
             return invalid(
                 "udp_port",
-                "must be 0: cairn does not serve memcached's UDP protocol (TCP only)",
+                "must be 0 with auth_file (-Y): UDP has no authentication",
             );
         }
         if !matches!(self.io_engine.as_str(), "tokio" | "uring") {

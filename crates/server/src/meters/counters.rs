@@ -101,6 +101,10 @@ counters! {
     tls_handshake_failures: "Connections dropped because their TLS handshake failed or timed out.",
     auth_failures: "Authentication attempts (-Y) with a user or password not in the file.",
     protocol_errors: "Requests answered with ERROR, CLIENT_ERROR or SERVER_ERROR by the parser.",
+    udp_received: "UDP datagrams received (-U).",
+    udp_sent: "UDP datagrams sent: replies, at most 1400 bytes each with the frame header.",
+    udp_malformed: "UDP datagrams dropped for their frame (no payload, or a request of several datagrams), or ending in a cut-off request (the requests before it answered).",
+    udp_too_large: "UDP datagrams dropped unanswered: over 64 KiB, or a command's reply needing more than 65535 datagrams.",
 }
 
 /// Adds one to a counter.

@@ -16,6 +16,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Where the gRPC API listens (None when a test turned it off).
     pub grpc_addr: Option<SocketAddr>,
+    /// Where memcached's UDP protocol is answered (None unless a test gave `-U PORT`).
+    pub udp_addr: Option<SocketAddr>,
     /// The data folder the server was started with (a fresh temporary one by default).
     pub dir: std::path::PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -126,6 +128,7 @@ impl Server {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let mut grpc_addr = None;
+        let mut udp_addr = None;
         let addr = loop {
             let Some(line) = lines.next() else {
                 let log = log_tail.map_or_else(|| "(its log is the test's)".into(), LogTail::end);
@@ -135,6 +138,9 @@ impl Server {
             if let Some(a) = line.strip_prefix("cairn grpc listening on ") {
                 grpc_addr = Some(a.parse().expect("address"));
             }
+            if let Some(a) = line.strip_prefix("cairn udp listening on ") {
+                udp_addr = Some(a.parse().expect("address"));
+            }
             if let Some(a) = line.strip_prefix("cairn listening on ") {
                 break a.parse().expect("address");
             }
@@ -143,6 +149,7 @@ impl Server {
             child,
             addr,
             grpc_addr,
+            udp_addr,
             dir: dir.to_path_buf(),
             _tmp: None,
         }

@@ -4,12 +4,12 @@
 //!
 //! ```text
 //!   connection (first byte 0x80) ─> step(ctx, session, input) ─> parse ─> answer.rs ─> cmd/*.rs
-//!   a datagram's payload ─────────> answer_datagram(ctx, payload, out)   (steps over it all)
+//!   a UDP datagram's payload (crate::udp::answer) ─> step, step, ...
 //!        writes: Engine::admit ─> Engine::resolve(key) ─> Engine::apply(|tx| cmd file) ─> Ack
 //! ```
 //!
 //! `step` answers one packet (or its error) and says how the stream goes on; `answer` is the
-//! dispatch of one request; `datagram` answers a whole payload for UDP; `stats` re-words the
+//! dispatch of one request; `stats` re-words the
 //! text protocol's stats as binary packets; `wording` holds the statuses of the engine's
 //! refusals.
 //!
@@ -17,10 +17,8 @@
 //! tap and vbucket opcodes.
 
 pub mod answer;
-pub mod datagram;
 pub mod stats;
 pub mod step;
 pub mod wording;
 
-pub use datagram::answer_datagram;
 pub use step::{step, Step};

@@ -1,6 +1,6 @@
 //! One step of a binary stream: the next packet parsed and answered, or its error answered,
 //! and how the stream goes on. The connection loops over it (connection.rs), and so does a
-//! datagram's payload (datagram.rs).
+//! UDP datagram's payload (crate::udp::answer).
 //!
 //! ```text
 //!   input ─> parse ─> None ─────────────> Ok(None): read more
