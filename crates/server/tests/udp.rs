@@ -263,12 +263,7 @@ fn bad_datagrams_are_dropped_and_counted() {
     // Nothing was stored by the cut-off or too-large sets.
     assert_eq!(tcp.exchange(b"get foo x\r\n"), b"END\r\n");
     let body = scrape(metrics);
-    for name in [
-        "udp_received",
-        "udp_sent",
-        "udp_malformed",
-        "udp_too_large",
-    ] {
+    for name in ["udp_received", "udp_sent", "udp_malformed", "udp_too_large"] {
         assert_eq!(
             metric(&body, &format!("cairn_{name}_total")),
             after[name],
