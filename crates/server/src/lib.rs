@@ -38,6 +38,7 @@ pub mod stats;
 pub mod test_hooks;
 pub mod transport;
 pub mod uring;
+pub mod user;
 pub mod version;
 
 pub use cairn_engine::{now_unix, start_clock, ticked_now_unix};
