@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
@@ -74,18 +74,29 @@ fn memcacheds_tuning_flags_start_a_serving_server_and_are_logged() {
 }
 
 /// Runs `cairn -p 0 --grpc-listen off ARGS`, which must refuse to start: its exit code and
-/// its stderr.
+/// its stderr. One that prints its ready line instead fails the test, and is killed.
 fn refused(args: &[&str]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["-p", "0", "--grpc-listen", "off", "--data-dir"])
         .arg(dir.path())
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run cairn");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!stdout.contains("cairn listening"), "it started: {stdout}");
+    // Its stdout ends when it exits; a ready line first means it serves.
+    let ready = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("cairn listening"));
+    if ready {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{args:?}: the server started");
+    }
+    let out = child.wait_with_output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into(),
