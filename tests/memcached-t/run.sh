@@ -14,7 +14,7 @@
 #                     dropped or added (what a memcached user's scripts get)
 #   --memcached BIN   run the suite against a real memcached instead, as a check of this
 #                     harness (Debian's build lacks `-o relaxed_privileges`: dropped)
-#   --drop "NAME ..." also drop these `-o` suboptions or flags (-C, -R ...) from every start: a
+#   --drop "NAME ..." also drop these `-o` suboptions or flags (ext_path, -Z ...) from every start: a
 #                     diagnostic, to see what a file does past a start cairn refuses
 #   --all             every t/*.t file, not only the 25 of files.txt (for information)
 #   --check           exit 1 when a file's result differs from expected-failures-VERSION.txt

@@ -30,7 +30,7 @@ DATA="$(mktemp -d)"
 OUT="$DATA.out"
 ERR="$DATA.err"
 LOG="$DATA.log"
-"$CAIRN" -p 0 --grpc-listen 127.0.0.1:0 --data-dir "$DATA" >"$LOG" 2>&1 &
+"$CAIRN" -p 0 --data-dir "$DATA" >"$LOG" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DATA" "$OUT" "$OUT.tests" "$ERR" "$LOG"' EXIT
 # Ready once it prints "cairn listening on ADDR" (polled, up to 60 s).

@@ -40,6 +40,7 @@ pub mod test_hooks;
 pub mod transport;
 pub mod udp;
 pub mod uring;
+pub mod user;
 pub mod version;
 
 pub use cairn_engine::{now_unix, start_clock, ticked_now_unix};

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use cairn_server::config::{Config, ConfigError};
-use cairn_server::{cluster, metrics, server, udp, Ctx};
+use cairn_server::{cluster, metrics, server, udp, user, Ctx};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::{reload, EnvFilter};
 
@@ -27,6 +27,21 @@ fn main() -> ExitCode {
         .with(filter)
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
+    // memcached's flags and -o options accepted that change nothing here: one line each.
+    for note in &config.notes {
+        tracing::info!("{note}");
+    }
+    // -u: before any other thread starts and before any port or file is opened.
+    if let Some(user) = &config.user {
+        match user::switch_to(user) {
+            Ok(user::Switched::To { uid, gid }) => tracing::info!(uid, gid, "running as {user}"),
+            Ok(user::Switched::NotRoot) => tracing::info!("-u {user}: ignored (not root)"),
+            Err(e) => {
+                eprintln!("cairn: refusing to start: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads())
         .enable_all()
@@ -111,6 +126,29 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         None => None,
     };
     let c = &ctx.config;
+    let metrics_local = match &metrics_listener {
+        Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let or_off =
+        |a: Option<std::net::SocketAddr>| a.map_or_else(|| "off".into(), |a| a.to_string());
+    // Every address and folder of this instance, so that several on one host can be told
+    // apart (their defaults follow -p: docs/CONFIGURATION.md).
+    tracing::info!(
+        memcached = %local,
+        grpc = %or_off(grpc.as_ref().map(|g| g.1)),
+        metrics = %or_off(metrics_local),
+        data_dir = %c.data_dir.display(),
+        snapshots = %c.snapshot_dir().display(),
+        log = %c.log_dir().display(),
+        flash = %c.flash_path.as_ref().map_or_else(|| "off".into(), |p| p.display().to_string()),
+        "addresses and folders{}",
+        if ctx.mode() == cairn_persist::Mode::Off {
+            " (persistence off: the folders are not used)"
+        } else {
+            ""
+        }
+    );
     tracing::info!(
         addr = %local,
         udp = %udp_local.map_or_else(|| "off".to_string(), |a| a.to_string()),
@@ -124,8 +162,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         "cairn {} serving",
         cairn_server::VERSION
     );
-    if let Some(l) = metrics_listener {
-        let addr = l.local_addr().map_err(|e| e.to_string())?;
+    if let (Some(l), Some(addr)) = (metrics_listener, metrics_local) {
         tracing::info!(%addr, "metrics endpoint");
         // Before the "listening" line, so that a test that waits for that line has both.
         println!("cairn metrics on {addr}");

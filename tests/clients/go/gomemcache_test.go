@@ -31,7 +31,7 @@ var knownServerBugs = map[string]string{}
 
 var addr string
 
-// TestMain starts `cairn -p 0 --grpc-listen 127.0.0.1:0 --data-dir <fresh>`: cairn's defaults
+// TestMain starts `cairn -p 0 --data-dir <fresh>`: cairn's defaults
 // (sync persistence, 64 MiB, 1 MiB items, no admin) on free ports, ready once it prints
 // "cairn listening on ADDR".
 func TestMain(m *testing.M) {
@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	cmd := exec.Command(bin, "-p", "0", "--grpc-listen", "127.0.0.1:0", "--data-dir", dir)
+	cmd := exec.Command(bin, "-p", "0", "--data-dir", dir)
 	stdout, _ := cmd.StdoutPipe()
 	if os.Getenv("CAIRN_LOG") != "" { // the server's log, when asked for
 		cmd.Stderr = os.Stderr

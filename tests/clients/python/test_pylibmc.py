@@ -37,7 +37,7 @@ def server(tmp_path_factory):
         yield os.environ["CLIENT_TEST_ADDR"]
         return
     data = tmp_path_factory.mktemp("cairn-pylibmc")
-    proc = subprocess.Popen([BIN, "-p", "0", "--grpc-listen", "127.0.0.1:0", "--data-dir", str(data)],
+    proc = subprocess.Popen([BIN, "-p", "0", "--data-dir", str(data)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = None
     for line in proc.stdout:

@@ -5,15 +5,18 @@
 //! ```text
 //!   args ─> command() (clap) ─> Config::from_matches:
 //!     defaults or --config FILE ─> ARCUS's mode keys ─> flags present ─> -v ─> -o items
-//!     ─> ext_path ─> validate
+//!     ─> the defaults that follow -p, for the keys none of these set ─> ext_path ─> validate
 //! ```
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 
 use super::error::ConfigError;
+use super::memcached::is_ignored_option;
+use super::port::{default_data_dir, default_grpc_listen};
 use super::settings::Config;
 use super::size::parse_ext_path;
 
@@ -74,12 +77,19 @@ impl Config {
         Config::from_matches(&command().try_get_matches_from(args)?)
     }
 
-    /// Defaults, then the file named by `--config`, then the flags in `m` (from [`command`]).
+    /// Defaults, then the file named by `--config`, then the flags in `m` (from [`command`]);
+    /// then the defaults that follow the port (`port.rs`) for the keys none of them set.
     pub fn from_matches(m: &ArgMatches) -> Result<Config, ConfigError> {
-        let mut c = match m.get_one::<PathBuf>("config") {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
+        // The keys the file, the flags or -o set: the defaults that follow -p leave them alone.
+        let (mut c, mut given) = match m.get_one::<PathBuf>("config") {
+            Some(path) => Config::read_file(path)?,
+            None => (Config::default(), Vec::new()),
         };
+        given.extend(
+            m.ids()
+                .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+                .map(|id| id.to_string()),
+        );
         // ARCUS's switches (file only) pick the mode; a persistence flag or -o wins over both.
         if let Some(mode) = c.arcus_mode() {
             c.persistence = mode.into();
@@ -91,8 +101,19 @@ impl Config {
             c.verbosity = verbose;
         }
         for option in m.get_many::<String>("option").into_iter().flatten() {
-            c.set_option(option)?;
+            if let Some(key) = c.set_option(option)? {
+                given.push(key);
+            }
         }
+        let given = |key: &str| given.iter().any(|g| g == key);
+        // The defaults that follow -p (port.rs), where nothing above set the key.
+        if !given("grpc_listen") {
+            c.grpc_listen = default_grpc_listen(c.port);
+        }
+        if !given("data_dir") {
+            c.data_dir = default_data_dir(c.port);
+        }
+        c.note_memcached_flags(given);
         // memcached's spelling of the flash tier; an explicit flash_path wins.
         if let Some(v) = c.ext_path.take() {
             let (path, size) = parse_ext_path(&v)?;
@@ -106,19 +127,24 @@ impl Config {
     }
 
     /// Sets the setting named like its file key from one `-o` item: `name=value`, or a bare
-    /// `name` for true. The value is read as the key's type: a number, a bool or text.
-    fn set_option(&mut self, option: &str) -> Result<(), ConfigError> {
+    /// `name` for true. The value is read as the key's type: a number, a bool or text. Returns
+    /// the key set, or None for one of memcached's tuning knobs (ignored, with a start note).
+    fn set_option(&mut self, option: &str) -> Result<Option<String>, ConfigError> {
         let fail = |message: String| ConfigError::Option {
             option: option.to_string(),
             message,
         };
         let (name, value) = option.split_once('=').unwrap_or((option, "true"));
-        if name.starts_with("ext_") && name != "ext_path" {
-            // memcached's extstore tuning (ext_item_size, ext_wbuf_size, ...): cairn sizes
-            // these itself, and deploy scripts carry them.
-            tracing::info!("-o {option}: ignored (cairn has no such setting)");
-            return Ok(());
+        if is_ignored_option(name) {
+            // memcached's tuning (slab_automove, lru_crawler, ext_wbuf_size, ...): cairn has
+            // no such part, and deploy scripts carry them. Logged once the log is set up.
+            self.notes.push(format!(
+                "-o {option}: ignored (a memcached tuning option; cairn has no such part)"
+            ));
+            return Ok(None);
         }
+        // The notes are no setting: not in the table, kept across the round trip.
+        let notes = std::mem::take(&mut self.notes);
         let mut table = toml::Table::try_from(&*self).map_err(|e| fail(e.to_string()))?;
         let value = match table.get(name) {
             Some(toml::Value::Integer(_)) => value
@@ -141,6 +167,7 @@ impl Config {
         *self = table
             .try_into()
             .map_err(|e: toml::de::Error| fail(e.message().to_string()))?;
-        Ok(())
+        self.notes = notes;
+        Ok(Some(name.to_string()))
     }
 }

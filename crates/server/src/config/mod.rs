@@ -3,7 +3,8 @@
 //! ```text
 //!   Config::default()  <──  [file.toml]  (unknown key or bad value: refuse to start)
 //!                      <──  flags: --key-name VALUE, memcached's short letters (-p -l -t -c -m
-//!                           -M -I -v -A -Y -Z), and -o key=value,key=value (memcached's -o)
+//!                           -M -I -v -A -Y -Z -C -u -R -B -d -e ...), and -o key=value,... (memcached's -o)
+//!                      ──>  the defaults that follow -p (gRPC port, data folder) where not given
 //!                      ──>  Config::validate (ranges: refuse to start naming the key)
 //! ```
 //!
@@ -34,6 +35,8 @@
 //!                is derived from it (the mode, the folders, thread counts, the flash tier)
 //!   cli.rs       the command line: the clap command, -v, -o name=value; defaults <- file <- flags
 //!   file.rs      the TOML file, and ARCUS's file-only keys that pick the mode
+//!   port.rs      the defaults that follow -p: the gRPC port (-p + 38840), the data folder
+//!   memcached.rs memcached's flags and -o options that change nothing here (start notes)
 //!   validate.rs  the ranges and combinations serde cannot check
 //!   ranges.rs    the settings an admin line can change while running (ChkptSetting)
 //!   size.rs      sizes with a k/m/g/t suffix, and memcached's ext_path PATH:SIZE
@@ -43,6 +46,8 @@
 mod cli;
 mod error;
 mod file;
+mod memcached;
+mod port;
 mod ranges;
 mod settings;
 mod size;
@@ -53,5 +58,6 @@ mod tests;
 
 pub use cli::command;
 pub use error::ConfigError;
+pub use port::{default_data_dir, default_grpc_port, DEFAULT_PORT, GRPC_PORT_OFFSET};
 pub use ranges::{ChkptSetting, CHKPT_INTERVAL_MIN_LOGSIZE_MB, CHKPT_INTERVAL_PCT_SNAPSHOT};
 pub use settings::Config;

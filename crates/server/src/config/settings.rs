@@ -8,13 +8,15 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::port::{default_data_dir, default_grpc_listen, DEFAULT_PORT};
 use super::size::{parse_size, parse_size_u64};
 
 /// Every server setting: a key of the TOML file, a flag, and a `-o` option (see the module doc).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// TCP port to listen on (memcached `-p`).
+    /// TCP port to listen on (memcached `-p`). The gRPC port and the data folder follow it
+    /// unless given (port + 38840, cairn-data-PORT; see docs/CONFIGURATION.md).
     #[arg(short = 'p', long)]
     pub port: u16,
     /// Address to listen on (memcached `-l`).
@@ -65,6 +67,7 @@ pub struct Config {
     #[arg(long)]
     pub persistence: String,
     /// Folder for snapshots and the command log; data_path and logs_path default to it.
+    /// Default: cairn-data for port 11211, cairn-data-PORT for any other.
     #[arg(long)]
     pub data_dir: PathBuf,
     /// ARCUS: false is the same as `persistence = "off"` (file only).
@@ -167,7 +170,8 @@ pub struct Config {
     /// it on a trusted network only.
     #[arg(short = 'U', long)]
     pub udp_port: u16,
-    /// Address of the gRPC API (KV, streaming reads, watch), or "off".
+    /// Address of the gRPC API (KV, streaming reads, watch), or "off". Default: 127.0.0.1 and
+    /// port + 38840 (50051 for 11211; 0 for -p 0).
     #[arg(long)]
     pub grpc_listen: String,
     /// PEM certificate chain: serve gRPC over TLS (with grpc_tls_key); none = plaintext.
@@ -223,6 +227,36 @@ pub struct Config {
     /// primary through ZooKeeper (ARCUS's /arcus_repl layout); the others follow it.
     #[arg(long)]
     pub replication_group: Option<String>,
+    /// memcached `-C` (no CAS): accepted, and CAS stays on: gets answers each item's CAS
+    /// unique and cas compares it, as without -C (memcached's -C saves 8 bytes an item; cairn
+    /// stores CAS uniques compactly and keeps them).
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// memcached `-u USER`: started as root, cairn switches to this user (and its groups)
+    /// before it opens a port or a file; started as any other user, it is ignored.
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// memcached `-R N` (requests per event, at least 1): accepted and ignored; each cairn
+    /// connection thread already takes its connections in turn.
+    #[arg(short = 'R', long = "max-reqs-per-event")]
+    pub max_reqs_per_event: u32,
+    /// memcached `-B ascii|auto|binary`: accepted; every connection's protocol is told by its
+    /// first byte, as with `auto`.
+    #[arg(short = 'B', long = "protocol")]
+    pub protocol: String,
+    /// memcached `-d` (daemonize): refuses to start; run cairn under systemd
+    /// (deploy/systemd) or another supervisor, in the foreground.
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// memcached `-e FILE` (item memory in a mmapped file, for a restartable cache):
+    /// accepted and ignored; cairn's data folder already keeps the cache across restarts.
+    #[arg(short = 'e', long = "memory-file")]
+    pub memory_file: Option<PathBuf>,
+    /// What the start log says about accepted memcached flags and options that change nothing
+    /// here (`-C`, `-R`, `-B`, `-e`, `-o slab_automove=1`, ...): one line each.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 /// io_uring where the kernel has it (Linux); elsewhere epoll through tokio.
@@ -235,7 +269,7 @@ const DEFAULT_IO_ENGINE: &str = if cfg!(target_os = "linux") {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            port: 11211,
+            port: DEFAULT_PORT,
             listen: "127.0.0.1".to_string(),
             threads: 0,
             io_engine: DEFAULT_IO_ENGINE.to_string(),
@@ -249,7 +283,7 @@ impl Default for Config {
             max_keys_per_get: 1_000_000,
             output_buffer_max: 256 << 10,
             persistence: "sync".to_string(),
-            data_dir: PathBuf::from("cairn-data"),
+            data_dir: default_data_dir(DEFAULT_PORT),
             use_persistence: None,
             data_path: None,
             logs_path: None,
@@ -277,7 +311,7 @@ impl Default for Config {
             flash_write_queue: 4,
             ext_path: None,
             udp_port: 0,
-            grpc_listen: "127.0.0.1:50051".to_string(),
+            grpc_listen: default_grpc_listen(DEFAULT_PORT),
             grpc_tls_cert: None,
             grpc_tls_key: None,
             grpc_max_message_bytes: 0,
@@ -292,6 +326,13 @@ impl Default for Config {
             replication: "async".to_string(),
             replication_timeout_ms: 5_000,
             replication_group: None,
+            disable_cas: false,
+            user: None,
+            max_reqs_per_event: 20,
+            protocol: "auto".to_string(),
+            daemon: false,
+            memory_file: None,
+            notes: Vec::new(),
         }
     }
 }

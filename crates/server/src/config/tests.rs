@@ -377,3 +377,146 @@ fn udp_is_off_by_default_and_refused_with_auth_and_flush_all_can_be_disabled() {
     assert!(err.contains("udp_port") && err.contains("-Y"), "{err}");
     Config::from_args(["cairn", "-U", "0", "-Y", "auth"]).unwrap();
 }
+
+/// The gRPC address and the data folder follow -p unless given: 11211 keeps 50051 and
+/// cairn-data, another port gets port + 38840 and cairn-data-PORT, 0 gets 0 and cairn-data-0.
+#[test]
+fn grpc_port_and_data_folder_follow_the_port() {
+    let at = |args: &[&str]| {
+        let c = Config::from_args(["cairn"].iter().chain(args)).unwrap();
+        (c.grpc_listen, c.data_dir)
+    };
+    let want = |grpc: &str, dir: &str| (grpc.to_string(), PathBuf::from(dir));
+    assert_eq!(at(&[]), want("127.0.0.1:50051", "cairn-data"));
+    assert_eq!(at(&["-p", "11211"]), want("127.0.0.1:50051", "cairn-data"));
+    assert_eq!(
+        at(&["-p", "11802"]),
+        want("127.0.0.1:50642", "cairn-data-11802")
+    );
+    assert_eq!(
+        at(&["--port", "1"]),
+        want("127.0.0.1:38841", "cairn-data-1")
+    );
+    assert_eq!(at(&["-p", "0"]), want("127.0.0.1:0", "cairn-data-0"));
+    // The highest port that still has a gRPC port, and -o port= too.
+    assert_eq!(
+        at(&["-o", "port=26695"]),
+        want("127.0.0.1:65535", "cairn-data-26695")
+    );
+    // A value given wins, by flag, by -o, or in the file (whose port the rest follows).
+    assert_eq!(
+        at(&["-p", "11802", "--grpc-listen", "127.0.0.1:50051"]),
+        want("127.0.0.1:50051", "cairn-data-11802")
+    );
+    assert_eq!(
+        at(&["-p", "11802", "--data-dir", "/d", "--grpc-listen", "off"]),
+        want("off", "/d")
+    );
+    assert_eq!(
+        at(&["-p", "11802", "-o", "grpc_listen=127.0.0.1:7,data_dir=x"]),
+        want("127.0.0.1:7", "x")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let c = load_with(&path, "port = 11300\n", &[]);
+    assert_eq!(
+        (c.grpc_listen, c.data_dir),
+        want("127.0.0.1:50140", "cairn-data-11300")
+    );
+    let c = load_with(&path, "grpc_listen = \"127.0.0.1:9\"\n", &["-p", "2"]);
+    assert_eq!(
+        (c.grpc_listen, c.data_dir),
+        want("127.0.0.1:9", "cairn-data-2")
+    );
+    let c = load_with(&path, "data_dir = \"/var/lib/c\"\n", &["-p", "2"]);
+    assert_eq!(
+        (c.grpc_listen, c.data_dir),
+        want("127.0.0.1:38842", "/var/lib/c")
+    );
+}
+
+/// A port whose gRPC port would pass 65535 still starts (memcached's start lines use such
+/// ports): its gRPC API on a port the OS picks; a given --grpc-listen wins.
+#[test]
+fn a_port_too_high_for_the_grpc_offset_gets_a_port_the_os_picks() {
+    for port in ["26696", "30000", "65535"] {
+        let c = Config::from_args(["cairn", "-p", port]).unwrap();
+        assert_eq!(c.grpc_listen, "127.0.0.1:0", "-p {port}");
+        assert_eq!(c.data_dir, PathBuf::from(format!("cairn-data-{port}")));
+    }
+    let c = Config::from_args(["cairn", "-p", "26695"]).unwrap();
+    assert_eq!(c.grpc_listen, "127.0.0.1:65535");
+    let c = Config::from_args(["cairn", "-p", "30000", "--grpc-listen", "127.0.0.1:9"]).unwrap();
+    assert_eq!(c.grpc_listen, "127.0.0.1:9");
+}
+
+/// memcached's start flags that scripts pass: accepted with one note each (logged at start),
+/// or refused with the reason when cairn cannot honour them (-d, -B utf8, -R 0).
+#[test]
+fn memcacheds_start_flags_are_accepted_or_refused_with_the_reason() {
+    let c = Config::from_args([
+        "cairn",
+        "-C",
+        "-u",
+        "nobody",
+        "-R",
+        "5",
+        "-B",
+        "ascii",
+        "-e",
+        "/dev/shm/memory_file",
+        "-o",
+        "slab_reassign,slab_automove=1,lru_crawler,no_lru_crawler,lru_maintainer",
+        "-o",
+        "hash_algorithm=murmur3,modern,relaxed_privileges,ext_wbuf_size=8",
+    ])
+    .unwrap();
+    assert!(c.disable_cas);
+    assert_eq!(c.user.as_deref(), Some("nobody"));
+    assert_eq!((c.max_reqs_per_event, c.protocol.as_str()), (5, "ascii"));
+    for note in [
+        "-C: accepted",
+        "-R 5: ignored",
+        "-B ascii",
+        "-e /dev/shm/memory_file: ignored",
+        "-o slab_reassign: ignored",
+        "-o slab_automove=1: ignored",
+        "-o no_lru_crawler: ignored",
+        "-o hash_algorithm=murmur3: ignored",
+        "-o relaxed_privileges: ignored",
+        "-o ext_wbuf_size=8: ignored",
+    ] {
+        assert!(
+            c.notes.iter().any(|n| n.starts_with(note)),
+            "no note {note:?} in {:?}",
+            c.notes
+        );
+    }
+    assert_eq!(
+        c.notes.len(),
+        4 + 9,
+        "one note a flag (-u is main's) or option"
+    );
+    // The long spellings are memcached's too, and a default start has no note.
+    let c = Config::from_args(["cairn", "--protocol", "auto", "--disable-cas"]).unwrap();
+    assert_eq!(c.notes.len(), 2, "{:?}", c.notes);
+    assert!(Config::from_args(["cairn"]).unwrap().notes.is_empty());
+    for (args, key, why) in [
+        (&["-d"][..], "daemon", "systemd"),
+        (&["--daemon"][..], "daemon", "systemd"),
+        (&["-B", "utf8"][..], "protocol", "auto, ascii or binary"),
+        (&["-R", "0"][..], "max_reqs_per_event", "at least 1"),
+    ] {
+        let err = Config::from_args(["cairn"].iter().chain(args)).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Invalid { key: k, .. } if k == key),
+            "{args:?}: {err}"
+        );
+        assert!(err.to_string().contains(why), "{args:?}: {err}");
+    }
+    // An -o option that changes what clients see is not a tuning knob: refused.
+    for option in ["idle_timeout=5", "ssl_verify_mode=2", "meta_response_old"] {
+        let err = Config::from_args(["cairn", "-o", option]).unwrap_err();
+        assert!(matches!(err, ConfigError::Option { .. }), "{option}: {err}");
+    }
+}

@@ -158,6 +158,20 @@ impl Config {
         if self.replication_timeout_ms == 0 || self.replication_timeout_ms > 3_600_000 {
             return invalid("replication_timeout_ms", "must be between 1 and 3600000");
         }
+        // memcached's start flags (memcached.rs): the ones that cannot be honoured refuse.
+        if self.daemon {
+            return invalid(
+                "daemon",
+                "cairn does not daemonize (-d): run it in the foreground under systemd \
+                 (deploy/systemd/cairn.service) or another supervisor",
+            );
+        }
+        if !matches!(self.protocol.as_str(), "auto" | "ascii" | "binary") {
+            return invalid("protocol", "must be auto, ascii or binary (-B)");
+        }
+        if self.max_reqs_per_event == 0 {
+            return invalid("max_reqs_per_event", "must be at least 1 (-R)");
+        }
         if !(100..=300_000).contains(&self.zookeeper_session_timeout_ms) {
             return invalid(
                 "zookeeper_session_timeout_ms",

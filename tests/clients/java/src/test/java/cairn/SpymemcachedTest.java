@@ -75,8 +75,7 @@ public class SpymemcachedTest {
     assertNotNull("CAIRN_BIN: path of the cairn binary", bin);
     dataDir = Files.createTempDirectory("cairn-spymemcached").toFile();
     server =
-        new ProcessBuilder(
-                bin, "-p", "0", "--grpc-listen", "127.0.0.1:0", "--data-dir", dataDir.getPath())
+        new ProcessBuilder(bin, "-p", "0", "--data-dir", dataDir.getPath())
             .redirectError(ProcessBuilder.Redirect.DISCARD)
             .start();
     BufferedReader out = new BufferedReader(new InputStreamReader(server.getInputStream()));
