@@ -77,8 +77,8 @@ impl Config {
         }
         if given("protocol") {
             self.notes.push(format!(
-                "-B {}: every connection's protocol is told by its first byte, as with -B auto \
-                 (binary for 0x80, text and meta otherwise)",
+                "-B {}: each connection's protocol is told by its first byte (binary for 0x80, \
+                 text and meta otherwise)",
                 self.protocol
             ));
         }
