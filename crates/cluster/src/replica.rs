@@ -436,7 +436,9 @@ async fn follow_once(
                 })
                 .max()
                 .unwrap_or(0);
-            if revision > held {
+            // A full copy of a primary that holds nothing yet (revision 0) is a position in
+            // its log too: written, so that this member may be elected in a new group.
+            if revision > held || (done.is_some() && held == 0) {
                 held = revision;
                 told = false;
                 fig.applied_revision.store(revision, Ordering::Relaxed);

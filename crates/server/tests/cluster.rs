@@ -739,6 +739,28 @@ fn failover_loses_no_acknowledged_write_and_the_old_primary_rejoins_as_a_replica
     }
 }
 
+/// A new group in which nothing was written yet fails over too: a replica's full copy of an
+/// empty primary is a position in the primary's log (revision 0), so it may be elected.
+#[test]
+fn a_group_with_nothing_written_yet_fails_over() {
+    let Some(zk) = shared_zookeeper() else { return };
+    let address = zk.address();
+    let args = group_args(&address, "emptygroup");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let primary = Server::start_in(dirs[0].path(), &args);
+    let replica = Server::start_in(dirs[1].path(), &args);
+    let role = |s: &Server| stats(&mut s.connect(), "replication")["role"].clone();
+    assert_eq!(role(&primary), "primary");
+    assert_eq!(role(&replica), "replica");
+    let mut c = primary.connect();
+    wait_until("the replica in the in-sync set", || {
+        let s = stats(&mut c, "replication");
+        s["replicas"] == "1" && !s["in_sync"].is_empty()
+    });
+    primary.kill9();
+    wait_until("the election", || role(&replica) == "primary");
+}
+
 #[test]
 fn a_former_primary_discards_what_the_new_primary_never_acknowledged() {
     let Some(zk) = shared_zookeeper() else { return };
