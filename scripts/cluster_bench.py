@@ -239,8 +239,9 @@ class ZooKeeper:
 def run_failover():
     session = 1000
     print(f"## failover: a group of two (--persistence sync, --replication async, "
-          f"--zookeeper-session-timeout-ms {session}); kill -9 the primary, then try a set on "
-          f"the replica every 5 ms until STORED; {ROUNDS * 2} kills")
+          f"--zookeeper-session-timeout-ms {session}); a set, then once the replica holds it "
+          f"and is in sync, kill -9 the primary and try a set on the replica every 5 ms until "
+          f"STORED; {ROUNDS * 2} kills")
     zk = ZooKeeper()
     args = ["--zookeeper", f"127.0.0.1:{zk.port}", "--service-code", "bench",
             "--replication-group", "g", "--persistence", "sync",
@@ -254,6 +255,19 @@ def run_failover():
         for k in range(ROUNDS * 2):
             replica = 1 - primary
             port = nodes[replica].port
+            # Only an in-sync member whose position is of the primary's log may be elected: a
+            # write first, and the kill once the replica holds it and the primary lists it
+            # in sync.
+            request(nodes[primary].port, f"set fo 0 0 1\r\n{k % 10}\r\n".encode())
+            deadline = time.monotonic() + 60
+            while True:
+                p = stats(nodes[primary].port, "replication")
+                applied = stats(port, "replication").get("applied_revision", "0")
+                if p.get("in_sync") and int(applied) >= int(p["revision"]):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica never caught up and joined the in-sync set")
+                time.sleep(0.02)
             t0 = time.monotonic()
             nodes[primary].kill9()
             while True:
@@ -262,6 +276,8 @@ def run_failover():
                         break
                 except OSError:
                     pass
+                if time.monotonic() - t0 > 60:
+                    raise RuntimeError("no primary elected within 60 s")
                 time.sleep(0.005)
             took = time.monotonic() - t0
             times.append(took)
