@@ -194,8 +194,9 @@ pub struct Config {
     /// to it (as the memcached workers do); 0 = half the CPUs, at least one.
     #[arg(long)]
     pub grpc_threads: usize,
-    /// MiB of watch history kept in memory (older revisions are read from the command log
-    /// while its segments exist); 0 = 16 with persistence, 64 without.
+    /// MiB of `-m` for the watch history in memory, kept from the first watch on (older
+    /// revisions are read from the command log while its segments exist); 0 = a sixteenth of
+    /// `-m`, between 1 and 64.
     #[arg(long)]
     pub watch_history_mb: u64,
     /// How often an idle watch that asked for progress_notify gets a progress response (ms).
@@ -655,8 +656,11 @@ impl Config {
                 "must be 0 (automatic) or at least 64 KiB and item_size_max + 4 KiB",
             );
         }
-        if self.watch_history_mb > 1 << 20 {
-            return invalid("watch_history_mb", "must be at most 1048576");
+        if self.watch_history_mb > self.memory_limit_mb / 2 {
+            return invalid(
+                "watch_history_mb",
+                "must be at most half of memory_limit_mb",
+            );
         }
         if self.watch_progress_notify_ms == 0 || self.watch_progress_notify_ms > 3_600_000 {
             return invalid("watch_progress_notify_ms", "must be between 1 and 3600000");
@@ -780,16 +784,24 @@ impl Config {
         self.grpc_listen.parse().ok()
     }
 
-    /// The watch history's bound in bytes. With persistence the ring in memory only spares a
-    /// lagging watcher a read of the command log, so its default is smaller: 16 MiB holds
-    /// about 50K events of 50 B values, and costs 1.7 B per item at 10M items.
+    /// The watch history's bound in bytes: its part of `-m` (0 with the gRPC API off). The
+    /// history is kept from the first watch on, so this is what a watched server spends on
+    /// it at most: without persistence its events hold their values (a sixteenth of `-m` by
+    /// default), with it about 100 bytes an event (the command log holds the values).
     pub fn watch_history_bytes(&self) -> usize {
-        let mb = match (self.watch_history_mb, self.mode()) {
-            (0, cairn_persist::Mode::Off) => 64,
-            (0, _) => 16,
-            (mb, _) => mb,
+        if self.grpc_addr().is_none() {
+            return 0;
+        }
+        let bytes = match self.watch_history_mb {
+            0 => ((self.memory_limit_mb << 20) / 16).clamp(1 << 20, 64 << 20),
+            mb => mb << 20,
         };
-        usize::try_from(mb << 20).unwrap_or(usize::MAX)
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+
+    /// The store's memory limit in bytes: `-m` less the watch history's part.
+    pub fn store_memory_bytes(&self) -> u64 {
+        (self.memory_limit_mb << 20).saturating_sub(self.watch_history_bytes() as u64)
     }
 
     /// The largest gRPC message in bytes.
@@ -977,11 +989,18 @@ mod tests {
         let halves: Vec<usize> = [1, 2, 3, 4, 96].map(grpc_threads_for).into();
         assert_eq!(halves, [1, 1, 1, 2, 48], "half the CPUs, at least one");
         assert_eq!(c.grpc_max_message(), (1 << 20) + (1 << 20));
-        assert_eq!(c.watch_history_bytes(), 16 << 20, "with persistence");
-        let c = load_with(&path, "persistence = \"off\"\n", &[]);
-        assert_eq!(c.watch_history_bytes(), 64 << 20, "without");
+        assert_eq!(c.watch_history_bytes(), 4 << 20, "a sixteenth of -m 64");
+        assert_eq!(c.store_memory_bytes(), 60 << 20, "the rest is the store's");
+        let c = load_with(&path, "memory_limit_mb = 4096\n", &[]);
+        assert_eq!(c.watch_history_bytes(), 64 << 20, "at most 64 MiB");
         let c = load_with(&path, "grpc_listen = \"off\"\nwatch_history_mb = 8\n", &[]);
-        assert_eq!((c.grpc_addr(), c.watch_history_bytes()), (None, 8 << 20));
+        assert_eq!(
+            (c.grpc_addr(), c.watch_history_bytes()),
+            (None, 0),
+            "no API, no history"
+        );
+        let c = load_with(&path, "watch_history_mb = 8\n", &[]);
+        assert_eq!(c.watch_history_bytes(), 8 << 20);
         let c = load_with(
             &path,
             "grpc_listen = \"off\"\n",

@@ -39,7 +39,10 @@ pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
         // Each shard keeps two segments (or two of the largest items); fewer is not kept.
         return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
     }
-    ctx.store.set_memory_limit(bytes, now);
+    // The watch history's part of the limit stays what it was at start.
+    let history = ctx.config.watch_history_bytes() as u64;
+    ctx.store
+        .set_memory_limit(bytes.saturating_sub(history), now);
     b"OK\r\n"
 }
 
