@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust workspace (unit, golden wire, real clients, memccapable when
-# installed), the Python suites and the Python client package (clients/python) against the
-# freshly built binary.
+# installed; cairnctl's tests in crates/ctl/tests run the cairn binary this build makes), the
+# Python suites and the Python client package (clients/python) against the freshly built
+# binary, the deploy/ checks, the status page in a real browser, and the real clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,23 @@ CAIRN_BIN="$CAIRN" "$CLIENT_PYTHON" -m pytest -q -p no:cacheprovider clients/pyt
 # systemd-analyze: each missing tool skips its part with a note, except under CI (CI set), where
 # .ci/run installs them and their absence fails. About 15 s.
 PYTHON="$PYTHON" deploy/test/run.sh "$CAIRN"
+
+# ---- The status page in a real browser (tests/status-page) ----------------------------------
+# Debian's headless Chromium opens the page the metrics address serves at / (self-contained:
+# inline JS and SVG charts) against a cairn primary under load with a replica and two
+# `cairnctl watch` streams, over the DevTools protocol on a pipe (Python's standard library
+# only); every chart must have drawn points, and the page must ask for nothing but the server's
+# own addresses. Needs Debian's chromium: skipped with a note when it is missing, except under
+# CI (CI set), where .ci/run installs it and its absence fails. About 20 s.
+if command -v chromium >/dev/null; then
+    python3 tests/status-page/status_page_test.py --cairn "$CAIRN" \
+        --cairnctl "${CARGO_TARGET_DIR:-$PWD/target}/debug/cairnctl"
+elif [ -n "${CI:-}" ]; then
+    echo "status page test: chromium missing under CI (.ci/run installs Debian's chromium)" >&2
+    exit 1
+else
+    echo "status page test skipped: chromium missing (apt-get install chromium)"
+fi
 
 # ---- Real clients nobody here wrote, and memcached's own tests ------------------------------
 # Each block below skips with a note when its toolchain is missing, except under CI (CI set),

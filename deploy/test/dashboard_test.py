@@ -3,7 +3,9 @@
 
     cairn (sync persistence, flash tier, gRPC on; every port 127.0.0.1:0)
       ^  memcached text + meta load, gRPC calls and a watch stream (a loop that stops itself)
-      |  GET /metrics every second
+      |  <── a second cairn, --replica-of the first: the replication panels have a primary
+      |      and a replica
+      |  GET /metrics of both every second
     prometheus --config.file=<tmp> (rule_files: deploy/prometheus/cairn-rules.yml)
       ^  GET /api/v1/query, /api/v1/rules
     this script
@@ -11,15 +13,16 @@
 First it checks the dashboard's shape (a data source variable every panel uses, unique ids,
 panels that do not overlap); once Prometheus holds a few scrapes, it checks:
   1. every panel's query (rows and collapsed rows included), with the dashboard's variables
-     substituted, returns at least one series; a query with a variable this script does not
-     know fails;
-  2. every dashboard variable's label_values() finds this cairn;
+     substituted (both nodes selected, as Grafana writes a multi-value variable), returns at
+     least one series; a query with a variable this script does not know fails;
+  2. every dashboard variable's label_values() finds both nodes;
   3. every metric name in the dashboard and in the rules Prometheus loaded is one the server
      exports (a renamed metric fails here, where a rule would just never fire);
   4. Prometheus evaluates every rule without an error, and no alert fires against this
      healthy node under load.
 It also fills RAM (-m 16) past its size so that items move to the flash tier, and checks that
-the load moved the counters (cairn_cmd_get_total).
+the load moved the counters (cairn_cmd_get_total) and that the replication metrics show the
+primary as one, with its replica connected, and the replica as one.
 
 Python's standard library only; grpcio and grpcio-tools, when importable, add gRPC calls and a
 watch to the load (scripts/test-all.sh runs this in its venv). Exit 0 when all holds, 1 with
@@ -62,20 +65,27 @@ def free_port():
 
 # ---- cairn ----------------------------------------------------------------------------------
 
-def start_cairn(binary, tmp):
-    """Starts cairn on free ports with persistence, a flash tier and the gRPC API; returns
-    the process and its addresses, read from its ready lines."""
-    data = os.path.join(tmp, "data")
+def start_cairn(binary, tmp, name="data", replica_of=None):
+    """Starts cairn on free ports with persistence and the gRPC API, and a flash tier unless it
+    is a replica (--replica-of); returns the process and its addresses, read from its ready
+    lines."""
+    data = os.path.join(tmp, name)
     os.makedirs(data)
     args = [
-        binary, "-p", "0", "-m", "16", "--data-dir", data, "--log-segment-mb", "2",
+        binary, "-p", "0", "--data-dir", data, "--log-segment-mb", "2",
         "--persistence", "sync", "--metrics-addr", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-        # O_DIRECT on the flash file needs a file system that has it: tmp is ext4 here, and
-        # --flash-direct-io false keeps the test running on a tmpfs /tmp.
-        "--flash-path", os.path.join(tmp, "cairn.flash"), "--flash-size", "32m",
-        "--flash-direct-io", "false", "--enable-admin",
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "cairn.log"), "w"), text=True)
+    if replica_of:
+        args += ["--replica-of", replica_of]
+    else:
+        args += [
+            "-m", "16",
+            # O_DIRECT on the flash file needs a file system that has it: tmp is ext4 here, and
+            # --flash-direct-io false keeps the test running on a tmpfs /tmp.
+            "--flash-path", os.path.join(tmp, "cairn.flash"), "--flash-size", "32m",
+            "--flash-direct-io", "false", "--enable-admin",
+        ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, f"{name}.log"), "w"), text=True)
     addrs = {}
     for line in proc.stdout:
         for key, prefix in (("metrics", "cairn metrics on "), ("grpc", "cairn grpc listening on "),
@@ -86,7 +96,7 @@ def start_cairn(binary, tmp):
             break
     if set(addrs) != {"metrics", "grpc", "memcached"}:
         proc.kill()
-        raise SystemExit(f"cairn exited before it was ready (log: {tmp}/cairn.log): {addrs}")
+        raise SystemExit(f"cairn exited before it was ready (log: {tmp}/{name}.log): {addrs}")
     # Keep draining stdout so the server never blocks on a full pipe.
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
     return proc, addrs
@@ -225,14 +235,14 @@ def grpc_load(addr, stop, errors, tmp):
 
 # ---- Prometheus -------------------------------------------------------------------------------
 
-def start_prometheus(binary, tmp, target, rules):
+def start_prometheus(binary, tmp, targets, rules):
     config = os.path.join(tmp, "prometheus.yml")
     with open(config, "w") as f:
         f.write(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             f"rule_files:\n  - {json.dumps(os.path.abspath(rules))}\n"
             f"scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n"
-            f"      - targets: [{json.dumps(target)}]\n"
+            f"      - targets: {json.dumps(targets)}\n"
         )
     for _ in range(5):  # a free port can be taken between the check and the bind
         port = free_port()
@@ -325,6 +335,13 @@ def structure(dashboard):
     return problems
 
 
+def grafana_multi_value(selected):
+    """A multi-value variable as Grafana writes it into a regex matcher: one value escaped, or
+    several as (a|b)."""
+    escaped = [grafana_regex_escape(v) for v in selected]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
 def substitute(expr, values):
     """The dashboard's variables replaced by this run's values; any other $ is an error."""
     out = expr.replace("$__rate_interval", RATE_INTERVAL)
@@ -361,12 +378,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="cairn-dashboard-test-")
     failures, load_errors = structure(dashboard), []
     stop = threading.Event()
-    cairn = prom = None
+    cairn = replica = prom = None
     loads = []
     try:
         cairn, addrs = start_cairn(args.cairn, tmp)
         log(f"cairn: memcached {addrs['memcached']}, gRPC {addrs['grpc']}, metrics {addrs['metrics']}")
         filled = fill_past_memory(addrs["memcached"], load_errors)
+        replica, replica_addrs = start_cairn(args.cairn, tmp, "replica", replica_of=addrs["grpc"])
+        log(f"replica: memcached {replica_addrs['memcached']}, metrics {replica_addrs['metrics']}")
         loads = [threading.Thread(target=memcached_load, args=(addrs["memcached"], stop, load_errors, filled), daemon=True),
                  threading.Thread(target=grpc_load, args=(addrs["grpc"], stop, load_errors, tmp), daemon=True)]
         for t in loads:
@@ -376,23 +395,36 @@ def main():
         if admin.call("checkpoint") != [b"OK"]:
             failures.append("the checkpoint admin line did not answer OK")
         admin.close()
-        prom, url = start_prometheus(prometheus, tmp, addrs["metrics"], args.rules)
-        log(f"prometheus {url} scraping every second")
-        instance = addrs["metrics"]
+        instances = [addrs["metrics"], replica_addrs["metrics"]]
+        prom, url = start_prometheus(prometheus, tmp, instances, args.rules)
+        log(f"prometheus {url} scraping both every second")
         while True:
             r = query(url, f'count_over_time(up{{job="{JOB}"}}[1m])')
-            if r and float(r[0]["value"][1]) >= SCRAPES_BEFORE_CHECKING:
+            if len(r) == 2 and min(float(s["value"][1]) for s in r) >= SCRAPES_BEFORE_CHECKING:
                 break
             if time.monotonic() - started > DEADLINE_S:
                 raise SystemExit(f"prometheus did not scrape cairn {SCRAPES_BEFORE_CHECKING} times in time")
             time.sleep(0.5)
         up = query(url, f'up{{job="{JOB}"}}')
-        if not up or up[0]["value"][1] != "1":
-            failures.append(f"up{{job={JOB}}} is not 1: {up}")
+        if len(up) != 2 or any(s["value"][1] != "1" for s in up):
+            failures.append(f"up{{job={JOB}}} is not 1 for both nodes: {up}")
+
+        # The replication metrics describe what runs: a primary with its replica connected.
+        roles = {s["metric"]["instance"]: s["metric"]["role"]
+                 for s in query(url, f'cairn_replication_role{{job="{JOB}"}} == 1')}
+        if roles != {addrs["metrics"]: "primary", replica_addrs["metrics"]: "replica"}:
+            failures.append(f"cairn_replication_role: {roles}")
+        for expr, want in ((f'cairn_replication_replicas{{instance="{addrs["metrics"]}"}}', "1"),
+                           (f'cairn_replication_connected{{instance="{replica_addrs["metrics"]}"}}', "1"),
+                           (f'cairn_replication_complete{{instance="{replica_addrs["metrics"]}"}}', "1")):
+            got = query(url, expr)
+            if not got or got[0]["value"][1] != want:
+                failures.append(f"{expr}: {got}, expected {want}")
 
         # 2. The variables: each label_values(METRIC{...}, LABEL) finds this run's value.
         values = {}
-        known = {"job": JOB, "instance": instance}
+        # Both nodes selected, as Grafana writes a multi-value variable: (a|b), each escaped.
+        known = {"job": [JOB], "instance": instances}
         for var in dashboard.get("templating", {}).get("list", []):
             if var["type"] == "datasource":
                 continue
@@ -402,12 +434,12 @@ def main():
             if not m or var["name"] not in known:
                 failures.append(f"variable {var['name']}: this test knows no value for it ({q!r})")
                 continue
-            selector = substitute(m.group(1), {k: grafana_regex_escape(v) for k, v in values.items()})
+            selector = substitute(m.group(1), values)
             found = {s["metric"].get(m.group(2)) for s in query(url, f"group by ({m.group(2)}) ({selector})")}
-            if known[var["name"]] not in found:
+            if not set(known[var["name"]]) <= found:
                 failures.append(f"variable {var['name']}: label_values({selector}, {m.group(2)}) "
-                                f"found {sorted(map(str, found))}, not {known[var['name']]!r}")
-            values[var["name"]] = known[var["name"]]
+                                f"found {sorted(map(str, found))}, not all of {known[var['name']]!r}")
+            values[var["name"]] = grafana_multi_value(known[var["name"]])
 
         # 1. Every panel's query returns at least one series.
         exported = {s["metric"]["__name__"] for s in query(url, f'group by (__name__) ({{job="{JOB}"}})')}
@@ -423,7 +455,7 @@ def main():
                 where = f"panel {p.get('title')!r} ({t.get('refId')})"
                 names |= metric_names(expr)
                 try:
-                    q = substitute(expr, {k: grafana_regex_escape(v) for k, v in values.items()})
+                    q = substitute(expr, values)
                     result = query(url, q)
                 except (ValueError, RuntimeError) as e:
                     failures.append(f"{where}: {e}")
@@ -470,7 +502,7 @@ def main():
         stop.set()
         for t in loads:
             t.join(timeout=10)
-        for proc in (prom, cairn):
+        for proc in (prom, replica, cairn):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:
@@ -482,8 +514,9 @@ def main():
             log(f"logs and data kept in {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    if cairn is not None and cairn.returncode != 0:
-        failures.append(f"cairn exited {cairn.returncode} on SIGTERM (expected 0)")
+    for name, proc in (("cairn", cairn), ("the replica", replica)):
+        if proc is not None and proc.returncode != 0:
+            failures.append(f"{name} exited {proc.returncode} on SIGTERM (expected 0)")
     took = time.monotonic() - started
     for f in failures:
         print(f"FAIL: {f}", flush=True)

@@ -15,12 +15,13 @@ BIN = os.environ.get("CAIRN_BIN", os.path.join(ROOT, "target", "debug", "cairn")
 
 @pytest.fixture()
 def server(tmp_path):
+    log = open(tmp_path / "stderr.log", "w+")
     proc = subprocess.Popen(
         [BIN, "-p", "0", "--data-dir", str(tmp_path), "--persistence", "off", "-m", "4",
          "--grpc-listen", "127.0.0.1:0",
          "--flash-path", str(tmp_path / "flash.dat"), "--flash-size", "128m"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=log,
         text=True,
         # A test switch: eviction waits for a flash writer that other work on the machine
         # starves, instead of dropping items, so that every value can be expected back.
@@ -32,10 +33,18 @@ def server(tmp_path):
             addr = line.strip().rsplit(" ", 1)[1]
             break
     assert addr, "cairn exited before it was ready"
+    # The switch is compiled in only with cairn-server's test-hooks feature, which
+    # `cargo build --all-targets` and `cargo test` turn on (not `cargo build` alone): a binary
+    # without it would drop items on a busy machine instead of failing here.
+    log.seek(0)
+    assert "CAIRN_TEST_FLASH_WAIT_FOR_WRITER=1" in log.read(), (
+        f"{BIN} ignores CAIRN_TEST_FLASH_WAIT_FOR_WRITER: build it with its test switches "
+        "(cargo build --all-targets, or cargo build -p cairn-server --features test-hooks)")
     host, port = addr.rsplit(":", 1)
     yield (host, int(port))
     proc.terminate()
     assert proc.wait(timeout=30) == 0, "graceful shutdown exits 0"
+    log.close()
 
 
 def value(i):

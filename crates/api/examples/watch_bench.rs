@@ -673,8 +673,7 @@ async fn main() -> Result<(), Error> {
             fanout(a(1), a(2), watchers, n(4)?, n(5)?, pid, layout).await
         }
         _ => Err(
-            "usage: watch_bench load|initial|resume|fanout ADDR PREFIX ... (see the source)"
-                .into(),
+            "usage: watch_bench load|initial|resume|fanout ADDR PREFIX ... (see the source)".into(),
         ),
     }
 }

@@ -13,10 +13,11 @@
 //!               older than M (not sent: gone on the primary) is deleted; so a copy cut
 //!               short leaves the old data, overwritten in part, never an empty store
 //!   each response, with every one already received after it (up to 256): apply their items
-//!     and events to the store (logged locally like any write) ─> one
-//!     Persistence::durable(ticket) ─> position = the newest revision (written after the data
-//!     is durable, so it never runs ahead of it) ─> lineage note ─> ReplicaAck{R, term} to the
-//!     primary, only while this node's lease holds (group; lease.rs)
+//!     and events to the store through the one write path (Engine::apply: logged locally
+//!     like any write, its Ack back as a value) ─> one Engine::durable(ack) ─> position = the
+//!     newest revision (written after the data is durable, so it never runs ahead of it)
+//!     ─> lineage note ─> ReplicaAck{R, term} to the primary, only while this node's lease
+//!     holds (group; lease.rs)
 //!   canceled{compact_revision} (history passed R) ─> drop the position, full copy again
 //!   stream error ─> reconnect, backing off 100 ms doubling to 2 s
 //! ```
@@ -29,6 +30,10 @@
 //!
 //! With a flash tier the copy empties the store first, as its items on flash cannot be
 //! listed without reading the device.
+//!
+//! The replica's apply is no client write: it is not admitted (a replica refuses client
+//! writes, not its primary's), and it waits for the fence (`Engine::durable`), not for an
+//! acknowledgement. Its time is the engine's clock, the one every front end reads.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -38,6 +43,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use cairn_api::pb;
+use cairn_engine::{Engine, Tx};
 use cairn_persist::Persistence;
 use cairn_store::Store;
 use tokio::sync::{mpsc, watch};
@@ -108,10 +114,13 @@ pub async fn follow(
     config: FollowerConfig,
     mut stop: watch::Receiver<bool>,
 ) {
+    // The one write path over this node's store and log (no flash: a write of the primary's
+    // stores over, or deletes, whatever is on flash).
+    let engine = Engine::new(store, Some(Arc::clone(&persist)), None, None);
     let mut backoff = Duration::from_millis(100);
     loop {
         let r = tokio::select! {
-            r = follow_once(&store, &persist, &repl, &config) => r,
+            r = follow_once(&engine, &persist, &repl, &config) => r,
             _ = stop.changed() => return,
         };
         repl.follower.connected.store(false, Ordering::Relaxed);
@@ -129,12 +138,6 @@ pub async fn follow(
     }
 }
 
-fn now_unix() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
-}
-
 /// Where this node's data stands: the position file, else its own log (what it wrote itself
 /// as a primary, or nothing of anyone's).
 pub(crate) fn position_of(persist: &Persistence, dir: &Path) -> (u64, u64) {
@@ -143,8 +146,9 @@ pub(crate) fn position_of(persist: &Persistence, dir: &Path) -> (u64, u64) {
 
 /// Deletes every item whose last change is at or before `mark` (the end of a full copy: the
 /// primary sent every item it holds, each stored here after `mark`).
-fn sweep_older_than(store: &Store, mark: u64, now: u32) -> u64 {
+fn sweep_older_than(tx: &Tx<'_>, mark: u64, now: u32) -> u64 {
     let mut swept = 0;
+    let store: &Store = tx.store();
     for shard in 0..store.shard_count() {
         let mut old = Vec::new();
         store.visit_shard(shard, now, |key, _, meta| {
@@ -153,7 +157,7 @@ fn sweep_older_than(store: &Store, mark: u64, now: u32) -> u64 {
             }
         });
         for key in old {
-            store.entry(&key, now, |e| {
+            tx.entry(&key, now, |e| {
                 if e.peek().is_some_and(|(m, _)| m.mod_revision <= mark) {
                     e.delete();
                     swept += 1;
@@ -165,8 +169,8 @@ fn sweep_older_than(store: &Store, mark: u64, now: u32) -> u64 {
 }
 
 /// Applies one item as the primary holds it.
-fn apply_put(store: &Store, now: u32, kv: &pb::KeyValue) {
-    store.entry(&kv.key, now, |e| {
+fn apply_put(tx: &Tx<'_>, now: u32, kv: &pb::KeyValue) {
+    tx.entry(&kv.key, now, |e| {
         match e.store(&[&kv.value[..]], kv.flags, kv.expires_at, Some(kv.cas)) {
             Ok(_) if kv.stale => {
                 e.update_meta(|m| m.stale = true);
@@ -181,19 +185,19 @@ fn apply_put(store: &Store, now: u32, kv: &pb::KeyValue) {
     });
 }
 
-fn apply_event(store: &Store, now: u32, ev: &pb::Event) {
+fn apply_event(tx: &Tx<'_>, now: u32, ev: &pb::Event) {
     match pb::event::EventType::try_from(ev.r#type) {
         Ok(pb::event::EventType::Put) => {
             if let Some(kv) = &ev.kv {
-                apply_put(store, now, kv);
+                apply_put(tx, now, kv);
             }
         }
         Ok(pb::event::EventType::Delete) => {
             if let Some(kv) = &ev.kv {
-                store.entry(&kv.key, now, |e| e.delete());
+                tx.entry(&kv.key, now, |e| e.delete());
             }
         }
-        Ok(pb::event::EventType::Flush) => store.flush_all(),
+        Ok(pb::event::EventType::Flush) => tx.flush_all(),
         Err(_) => tracing::warn!(revision = ev.revision, "replication: unknown event type"),
     }
 }
@@ -205,7 +209,7 @@ fn event_bytes(ev: &pb::Event) -> u64 {
 }
 
 async fn follow_once(
-    store: &Arc<Store>,
+    engine: &Engine,
     persist: &Arc<Persistence>,
     repl: &Arc<Replication>,
     config: &FollowerConfig,
@@ -276,10 +280,10 @@ async fn follow_once(
             fig.applied_revision.store(0, Ordering::Relaxed);
             fig.full_syncs.fetch_add(1, Ordering::Relaxed);
             tracing::info!(primary = %config.primary, "replication: taking a full copy");
-            if store.has_flash() {
-                let ((), ticket) = cairn_persist::capture(|| store.flush_all());
-                persist
-                    .durable(ticket)
+            if engine.store().has_flash() {
+                let ((), ack) = engine.apply(|tx| tx.flush_all());
+                engine
+                    .durable(ack)
                     .await
                     .map_err(|e| format!("local log: {e}"))?;
             }
@@ -291,7 +295,10 @@ async fn follow_once(
         }
     };
     // Items older than this are not the primary's once its initial state is all here.
-    let copy_mark = first.resume_from.is_none().then(|| store.newest_revision());
+    let copy_mark = first
+        .resume_from
+        .is_none()
+        .then(|| engine.store().newest_revision());
     let (req_tx, req_rx) = mpsc::channel(4);
     req_tx
         .send(pb::WatchRequest {
@@ -381,18 +388,18 @@ async fn follow_once(
                 resp.compact_revision, resp.cancel_reason
             ));
         }
-        let now = now_unix();
+        let now = engine.now();
         let mut bytes = 0u64;
         let done = batch.iter().position(|r| r.initial_state_done);
-        let ((), ticket) = cairn_persist::capture(|| {
+        let ((), ack) = engine.apply(|tx| {
             for (i, resp) in batch.iter().enumerate() {
                 for kv in &resp.initial_items {
                     bytes += (kv.key.len() + kv.value.len()) as u64;
-                    apply_put(store, now, kv);
+                    apply_put(tx, now, kv);
                 }
                 if Some(i) == done {
                     if let Some(mark) = copy_mark {
-                        let swept = sweep_older_than(store, mark, now);
+                        let swept = sweep_older_than(tx, mark, now);
                         tracing::info!(
                             swept,
                             "replication: items the primary does not hold removed"
@@ -401,14 +408,14 @@ async fn follow_once(
                 }
                 for ev in &resp.events {
                     bytes += event_bytes(ev);
-                    apply_event(store, now, ev);
+                    apply_event(tx, now, ev);
                 }
             }
         });
         fig.received_bytes.fetch_add(bytes, Ordering::Relaxed);
         fig.pending_bytes.fetch_add(bytes, Ordering::Relaxed);
-        persist
-            .durable(ticket)
+        engine
+            .durable(ack)
             .await
             .map_err(|e| format!("local log: {e}"))?;
         fig.pending_bytes.fetch_sub(bytes, Ordering::Relaxed);

@@ -51,13 +51,13 @@ impl Flash {
         // one), and not for a free segment: none means the device is full and flash eviction,
         // which takes shard locks, is behind (the item is evicted, as a full cache evicts).
         let patience = Instant::now()
-            + if self.config.wait_for_writer {
+            + if self.config.waits_for_writer() {
                 Duration::from_secs(60)
             } else {
                 Duration::from_secs(5)
             };
         let may_wait = || {
-            (self.recovering.load(Relaxed) || self.config.wait_for_writer)
+            (self.recovering.load(Relaxed) || self.config.waits_for_writer())
                 && !self.taking_shard_locks.load(Relaxed)
                 && Instant::now() < patience
         };

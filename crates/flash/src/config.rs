@@ -30,7 +30,9 @@ pub struct FlashConfig {
     pub write_queue: usize,
     /// A test switch, not a setting: when the writer is behind, eviction waits for it (as
     /// recovery does) instead of dropping items, so that tests on a loaded machine can
-    /// expect every item back. Production never waits for flash on the request path.
+    /// expect every item back. Production never waits for flash on the request path: the
+    /// field exists only with the `test-util` feature (and in this crate's tests).
+    #[cfg(any(test, feature = "test-util"))]
     pub wait_for_writer: bool,
 }
 
@@ -43,8 +45,21 @@ impl FlashConfig {
             direct_io: true,
             io_uring: true,
             write_queue: 4,
+            #[cfg(any(test, feature = "test-util"))]
             wait_for_writer: false,
         }
+    }
+
+    /// Whether eviction waits for the writer ([`FlashConfig::wait_for_writer`]).
+    #[cfg(any(test, feature = "test-util"))]
+    pub(crate) fn waits_for_writer(&self) -> bool {
+        self.wait_for_writer
+    }
+
+    /// Whether eviction waits for the writer: never, without the test switch.
+    #[cfg(not(any(test, feature = "test-util")))]
+    pub(crate) fn waits_for_writer(&self) -> bool {
+        false
     }
 }
 

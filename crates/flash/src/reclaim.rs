@@ -14,12 +14,12 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use cairn_store::{Reclaimed, Store};
+use cairn_store::{now_unix, Reclaimed, Store};
 
 use crate::device::AlignedBuf;
 use crate::format::{self, SegmentHeader, BLOCK};
 use crate::segments::{Seg, SegState};
-use crate::tier::{now_unix, Flash};
+use crate::tier::Flash;
 
 /// Of a reclaimed segment, at most this fraction of its bytes is reinserted.
 const REINSERT_FRACTION: u64 = 4;

@@ -19,9 +19,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use cairn_store::Store;
+use cairn_store::{now_unix, Store};
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::{check_geometry, FlashConfig};
@@ -72,12 +71,6 @@ pub struct Flash {
     pub(crate) taking_shard_locks: AtomicBool,
     /// Why io_uring is not used, if it is not.
     pub uring_unavailable: Option<String>,
-}
-
-pub(crate) fn now_unix() -> u32 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
 }
 
 fn random_u64() -> u64 {

@@ -1,9 +1,10 @@
-//! What the gRPC services share ([`Backend`]): the store, the command log, the flash tier, the
-//! watch hub, the counters, the settings ([`GrpcConfig`]) and the primary's side of
-//! replication. The server crate builds it.
+//! What the gRPC services share ([`Backend`]): the engine (the one write path, with the
+//! store, the command log, the flash tier and the clock), the watch hub, the counters, the
+//! settings ([`GrpcConfig`]) and the primary's side of replication. The server crate builds
+//! it.
 //!
 //! ```text
-//!   crates/server grpc.rs ── Backend { store, persist, flash, hub, stats, config,
+//!   crates/server grpc.rs ── Backend { engine, hub, stats, config,
 //!                                      replica_acks } ──> prepare() ──> KV, Watch, Replication
 //! ```
 //!
@@ -14,8 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_persist::Persistence;
-use cairn_store::Store;
+use cairn_engine::Engine;
 use cairn_watch::Hub;
 
 use crate::replica_acks::ReplicaAcks;
@@ -45,13 +45,11 @@ pub struct GrpcConfig {
 
 /// Everything the services share.
 pub struct Backend {
-    /// The cache every service reads and writes.
-    pub store: Arc<Store>,
-    /// Command log and checkpoints; None without persistence.
-    pub persist: Option<Arc<Persistence>>,
-    /// The flash tier, if one is on: reads look there too, and writes bring the key's item
-    /// back to RAM first, as memcached commands do.
-    pub flash: Option<Arc<cairn_flash::Flash>>,
+    /// The one write path every front end takes (cairn-engine), and what it holds: the
+    /// cache every service reads and writes, the command log (None without persistence), the
+    /// flash tier (reads look there too; writes bring the key's item back to RAM first, as
+    /// memcached commands do), and the clock requests run at.
+    pub engine: Arc<Engine>,
     /// The watch hub: revisions for response headers, events for the Watch service.
     pub hub: Arc<Hub>,
     /// The counters (`stats grpc`), the server's as well.

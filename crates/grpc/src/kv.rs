@@ -1,13 +1,14 @@
 //! The KV service: Get, BatchGet, Set, Delete, Touch, Scan and the StreamGet streaming read.
 //!
 //! ```text
-//!   request ─ check keys/limits (INVALID_ARGUMENT) ─ writes: refused? (UNAVAILABLE)
+//!   request ─ check keys/limits (INVALID_ARGUMENT)
 //!     ─ reads: Store::get, or Flash::get when the flash tier is on (as memcached's get)
-//!     ─ writes: Flash::bring_to_ram(key) when the tier is on, then
-//!       Store::entry(key, |e| compare, mode, store) ─ status per outcome
-//!     ─ writes: persist's one durability path, as memcached writes take it: room() before,
-//!       the store call under capture() (its ticket), acknowledged(ticket) before the reply
-//!       (sync mode: durable; async mode: handed to the kernel) ─ response
+//!     ─ writes: the one write path, cairn-engine's, as memcached writes take it:
+//!       Engine::write(key, |tx| tx.entry(key, |e| compare, mode, store)): admitted (refused:
+//!       UNAVAILABLE), the key's item back from flash, applied, and acknowledged before the
+//!       reply (sync mode: durable; async mode: handed to the kernel; sync replication: held
+//!       by a replica) ─ status per outcome ─ response
+//!   time: the engine's clock, the ticked one every front end reads
 //! ```
 
 use std::collections::BinaryHeap;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use cairn_engine::{put, Compare, Mismatch, Put, PutMode, Tx, WriteError};
 use cairn_flash::Promotion;
 use cairn_store::{Item, ItemMeta, ReadOutcome, StoreError};
 use cairn_watch::key_value;
@@ -27,7 +29,6 @@ use tonic::{Request, Response, Status, Streaming};
 use cairn_api::pb::{self, compare::Target, kv_server::Kv};
 
 use crate::backend::Backend;
-use crate::clock::now_unix;
 use crate::stats::Method;
 use crate::status::request_error;
 
@@ -96,9 +97,10 @@ fn item_kv(key: &Bytes, item: Item) -> pb::KeyValue {
 
 /// Reads `key` as memcached's get does: from RAM, or from flash when the tier is on.
 async fn read(b: &Backend, key: &[u8], now: u32) -> ReadOutcome {
-    match &b.flash {
-        Some(flash) => flash.get(&b.store, key, now, Promotion::IfHot).await,
-        None => b.store.get(key, now),
+    let store = b.engine.store();
+    match b.engine.flash() {
+        Some(flash) => flash.get(store, key, now, Promotion::IfHot).await,
+        None => store.get(key, now),
     }
 }
 
@@ -122,7 +124,7 @@ async fn lookup(b: &Backend, key: &Bytes, now: u32) -> pb::Lookup {
 /// Looks up every key, refusing with RESOURCE_EXHAUSTED a reply that would pass the message
 /// size limit.
 async fn lookups(b: &Backend, keys: &[Bytes]) -> Result<Vec<pb::Lookup>, Status> {
-    let now = now_unix();
+    let now = b.engine.now();
     let max = b
         .config
         .max_message_bytes
@@ -158,71 +160,69 @@ fn expiry(ttl_seconds: u32, expires_at: u32, now: u32) -> u32 {
     }
 }
 
-/// Checks a compare against the current item (None = there is none).
+/// Checks a compare against the current item (None = there is none): the engine's compare,
+/// as memcached's `cas` and meta `C`.
 fn compare(c: &Option<pb::Compare>, current: Option<&ItemMeta>) -> Result<(), Status> {
     let Some(target) = c.as_ref().and_then(|c| c.target) else {
         return Ok(());
     };
-    let Some(meta) = current else {
-        return Err(Status::not_found("the key does not exist (compare given)"));
+    let (expected, what, want) = match target {
+        Target::Cas(cas) => (Compare::Cas(cas), "the CAS unique", cas),
+        Target::ModRevision(rev) => (Compare::ModRevision(rev), "the mod_revision", rev),
     };
-    match target {
-        Target::Cas(cas) if cas != meta.cas => Err(Status::failed_precondition(format!(
-            "compare failed: the CAS unique is {}, not {cas}",
-            meta.cas
-        ))),
-        Target::ModRevision(rev) if rev != meta.mod_revision => {
-            Err(Status::failed_precondition(format!(
-                "compare failed: the mod_revision is {}, not {rev}",
-                meta.mod_revision
-            )))
+    cairn_engine::compare(expected, current).map_err(|m| match m {
+        Mismatch::Absent => Status::not_found("the key does not exist (compare given)"),
+        Mismatch::Differs(actual) => {
+            Status::failed_precondition(format!("compare failed: {what} is {actual}, not {want}"))
         }
-        _ => Ok(()),
+    })
+}
+
+/// The gRPC wording of the one write path's refusals and failures (memcached words the
+/// same [`WriteError`]s its own way, in cairn-server's cmd/write_error.rs).
+fn write_error(b: &Backend, e: WriteError) -> Status {
+    match e {
+        WriteError::LogFailed(_) | WriteError::NotPrimary(_) => {
+            Status::unavailable(format!("writes refused: {e}"))
+        }
+        // Not done, the item may still be on flash: the write must not run as if the key
+        // were absent. Nothing changed; the client may retry.
+        WriteError::FlashRead(e) => Status::unavailable(format!("flash read not done: {e}")),
+        WriteError::Store(StoreError::TooLarge) => Status::resource_exhausted(format!(
+            "object too large for cache (the item size limit is {} bytes)",
+            b.engine.store().config().item_size_max_bytes
+        )),
+        WriteError::Store(StoreError::OutOfMemory) => {
+            Status::resource_exhausted("out of memory storing object")
+        }
+        WriteError::NotSafe(e) => Status::unavailable(format!(
+            "persistence failure: the write could not be made safe: {e}"
+        )),
+        WriteError::Replication(why) => Status::unavailable(format!(
+            "persistence failure: the write could not be made safe: replication: {why}"
+        )),
     }
 }
 
 fn store_error(b: &Backend, e: StoreError) -> Status {
-    match e {
-        StoreError::TooLarge => Status::resource_exhausted(format!(
-            "object too large for cache (the item size limit is {} bytes)",
-            b.store.config().item_size_max_bytes
-        )),
-        StoreError::OutOfMemory => Status::resource_exhausted("out of memory storing object"),
-    }
+    write_error(b, WriteError::Store(e))
 }
 
 impl KvService {
-    /// Runs one write of `key` against the store through the one durability path: refused
-    /// while the log has failed, waits for room in the log first (and brings the key's item
-    /// back from flash, so that the write sees it), and returns only once what it wrote is
-    /// safe in the mode in force.
+    /// Runs one write of `key` through the one write path (`Engine::write`): refused as
+    /// client writes are (the log failed, a replica), waits for room in the log first (and
+    /// brings the key's item back from flash, so that the write sees it), and returns only
+    /// once what it wrote is safe in the mode in force.
     async fn write<T>(
         &self,
         key: &[u8],
-        f: impl FnOnce() -> Result<T, Status>,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, Status>,
     ) -> Result<T, Status> {
-        if let Some(p) = &self.b.persist {
-            if let Some(why) = p.client_write_refusal() {
-                return Err(Status::unavailable(format!("writes refused: {why}")));
-            }
-            p.room().await;
-        }
-        if let Some(flash) = &self.b.flash {
-            // Not done, the item may still be on flash: the write must not run as if the key
-            // were absent. Nothing changed; the client may retry.
-            if let Err(e) = flash.bring_to_ram(&self.b.store, key, now_unix()).await {
-                return Err(Status::unavailable(format!("flash read not done: {e}")));
-            }
-        }
-        let (r, ticket) = cairn_persist::capture(f);
-        if let Some(p) = &self.b.persist {
-            if let Err(e) = p.acknowledged(ticket).await {
-                return Err(Status::unavailable(format!(
-                    "persistence failure: the write could not be made safe: {e}"
-                )));
-            }
-        }
-        r
+        self.b
+            .engine
+            .write(key, f)
+            .await
+            .map_err(|e| write_error(&self.b, e))?
     }
 
     fn finish<T>(
@@ -245,7 +245,7 @@ impl Kv for KvService {
         let key = req.into_inner().key;
         let r = match check_key(&key) {
             Err(e) => Err(e),
-            Ok(()) => match read(&self.b, &key, now_unix()).await {
+            Ok(()) => match read(&self.b, &key, self.b.engine.now()).await {
                 ReadOutcome::Hit(item) => Ok(pb::GetResponse {
                     header: header(&self.b),
                     kv: Some(item_kv(&key, item)),
@@ -286,8 +286,8 @@ impl Kv for KvService {
         let r = match check_key(&req.key) {
             Err(e) => Err(e),
             Ok(()) => {
-                self.write(&req.key, || {
-                    self.b.store.entry(&req.key, now_unix(), |e| {
+                self.write(&req.key, |tx| {
+                    tx.entry(&req.key, self.b.engine.now(), |e| {
                         let current = e.peek().map(|(m, _)| m);
                         compare(&req.compare, current.as_ref())?;
                         match e.delete_revision() {
@@ -315,10 +315,10 @@ impl Kv for KvService {
         let r = match check_key(&req.key) {
             Err(e) => Err(e),
             Ok(()) => {
-                self.write(&req.key, || {
-                    let now = now_unix();
+                self.write(&req.key, |tx| {
+                    let now = self.b.engine.now();
                     let exptime = expiry(req.ttl_seconds, req.expires_at, now);
-                    self.b.store.entry(&req.key, now, |e| {
+                    tx.entry(&req.key, now, |e| {
                         if !e.update_meta(|m| m.exptime = exptime) {
                             return Err(Status::not_found("no such key"));
                         }
@@ -401,27 +401,28 @@ impl KvService {
         let mode = pb::SetMode::try_from(req.mode)
             .map_err(|_| Status::invalid_argument(format!("unknown set mode {}", req.mode)))?;
         let meta = self
-            .write(&req.key, || {
-                let now = now_unix();
+            .write(&req.key, |tx| {
+                let now = self.b.engine.now();
                 let exptime = expiry(req.ttl_seconds, req.expires_at, now);
-                self.b.store.entry(&req.key, now, |e| {
+                tx.entry(&req.key, now, |e| {
                     let current = e.peek().map(|(m, _)| m);
                     compare(&req.compare, current.as_ref())?;
-                    match mode {
-                        pb::SetMode::Add if current.is_some() => {
-                            return Err(Status::already_exists("the key exists (mode ADD)"))
+                    // The engine's rule, memcached's set/add/replace: add only when absent,
+                    // replace only when there, and a set refused as too large leaves no
+                    // stale value behind.
+                    let put_mode = match mode {
+                        pb::SetMode::Set => PutMode::Set,
+                        pb::SetMode::Add => PutMode::Add,
+                        pb::SetMode::Replace => PutMode::Replace,
+                    };
+                    match put(e, put_mode, &[&req.value], req.flags, exptime, None) {
+                        Ok(Put::Stored(meta)) => Ok(meta),
+                        Ok(Put::NotStored) if mode == pb::SetMode::Add => {
+                            Err(Status::already_exists("the key exists (mode ADD)"))
                         }
-                        pb::SetMode::Replace if current.is_none() => {
-                            return Err(Status::not_found("no such key (mode REPLACE)"))
-                        }
-                        _ => {}
+                        Ok(Put::NotStored) => Err(Status::not_found("no such key (mode REPLACE)")),
+                        Err(err) => Err(store_error(&self.b, err)),
                     }
-                    let r = e.store(&[&req.value], req.flags, exptime, None);
-                    if r == Err(StoreError::TooLarge) && mode == pb::SetMode::Set {
-                        // As memcached does: a failed set must not leave the old value.
-                        e.delete();
-                    }
-                    r.map_err(|err| store_error(&self.b, err))
                 })
             })
             .await?;
@@ -452,12 +453,13 @@ fn scan_page(b: &Backend, req: &pb::ScanRequest) -> Result<pb::ScanResponse, Sta
             "the page token does not belong to this prefix",
         ));
     }
-    let now = now_unix();
+    let store = b.engine.store();
+    let now = b.engine.now();
     // The limit + 1 smallest keys seen (a max-heap: the largest is dropped first); one more
     // than the page tells whether another page follows.
     let mut best: BinaryHeap<Candidate> = BinaryHeap::with_capacity(limit + 2);
-    for shard in 0..b.store.shard_count() {
-        b.store.visit_shard(shard, now, |key, value, meta| {
+    for shard in 0..store.shard_count() {
+        store.visit_shard(shard, now, |key, value, meta| {
             if !key.starts_with(prefix) || key <= after {
                 return;
             }

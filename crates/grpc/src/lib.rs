@@ -10,9 +10,9 @@
 //!                                                      │         │ mutation (shard lock)
 //!                                                      │         v
 //!                                                      │   LogSink ─ LSN ─> Hub (cairn-watch)
-//!                                                      │   room(), capture(ticket),
-//!                                                      │   acknowledged(ticket): persist's
-//!                                                      │   one durability path
+//!                                                      │   Engine::write: admit, resolve,
+//!                                                      │   apply, acknowledged: the one
+//!                                                      │   write path (cairn-engine)
 //!                                                 Watch ──> cairn_watch::WatchStream: pulls
 //!                                                           events from the Hub's ring (or
 //!                                                           the command log when behind)
@@ -22,13 +22,12 @@
 //! Files: backend.rs (what the services share), server.rs (prepare and serve), kv.rs,
 //! watch.rs, replication.rs (the services), replica_acks.rs (the primary's side of
 //! replication, which crates/cluster implements), stats.rs (per-method counters), status.rs
-//! (status codes as gRPC names them), clock.rs.
+//! (status codes as gRPC names them). Time is the engine's clock.
 //!
-//! The server crate builds a [`Backend`] (its store, persistence and hub) and calls [`prepare`]
+//! The server crate builds a [`Backend`] (its engine and hub) and calls [`prepare`]
 //! then [`Prepared::serve`]. This crate never sees the memcached protocol.
 
 mod backend;
-mod clock;
 mod kv;
 mod replica_acks;
 pub mod replication;

@@ -53,7 +53,7 @@ impl pb::replication_server::Replication for ReplicationService {
         if let Some(why) = acks.refusal() {
             return Err(Status::failed_precondition(why));
         }
-        let log_id = self.b.persist.as_ref().map_or(0, |p| p.log_id());
+        let log_id = self.b.engine.persist().map_or(0, |p| p.log_id());
         let hub = Arc::clone(&self.b.hub);
         let mut incoming = request.into_inner();
         // The replica's first message says where its data stands: the first answer says

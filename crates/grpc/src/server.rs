@@ -148,7 +148,7 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
     let watch = watch::WatchServer::new(
         watch::WatchService::new(Arc::clone(&backend)),
         max,
-        backend.store.config().item_size_max_bytes,
+        backend.engine.store().config().item_size_max_bytes,
     );
     let replication = pb::replication_server::ReplicationServer::new(
         replication::ReplicationService::new(Arc::clone(&backend)),

@@ -39,8 +39,8 @@ impl WatchService {
     /// With a batch window, spawns its forwarding task on the current runtime.
     pub fn new(b: Arc<Backend>) -> WatchService {
         let watch = WatchBackend {
-            store: Arc::clone(&b.store),
-            persist: b.persist.clone(),
+            store: Arc::clone(b.engine.store()),
+            persist: b.engine.persist().cloned(),
             hub: Arc::clone(&b.hub),
             stats: Arc::clone(&b.stats.watch),
             progress_notify_interval: b.config.progress_notify_interval,

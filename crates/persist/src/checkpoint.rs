@@ -15,7 +15,6 @@ use std::time::Instant;
 
 use cairn_store::Mutation;
 
-use crate::clock::now_unix;
 use crate::data_folder::{list_snapshots, remove_temp_files};
 use crate::error::PersistError;
 use crate::manifest::{write_manifest, Manifest};
@@ -23,6 +22,7 @@ use crate::persistence::Persistence;
 use crate::pins::{pins_file_name, write_pins};
 use crate::stats::CheckpointStatus;
 use crate::{record, snapshot};
+use cairn_store::now_unix;
 
 impl Persistence {
     /// The ARCUS rule: log >= min size AND log >= snapshot size x pct / 100.

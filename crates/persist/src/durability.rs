@@ -1,14 +1,15 @@
-//! The one durability path, for every front end (the memcached connections now, gRPC next):
-//! wait for room, mutate the store, then wait until what the request wrote is safe in the
-//! mode in force, and only then reply.
+//! The one durability path, for every writer (cairn-engine calls it for the memcached
+//! connections, the gRPC KV service and a replica's apply): wait for room, mutate the store,
+//! then wait until what the request wrote is safe in the mode in force, and only then reply.
 //!
 //! ```text
-//!   front end task (tokio):
+//!   front end task (tokio), through cairn-engine:
 //!     persist.room().await                 backpressure: parks while the log's buffer is
 //!                                          full; no lock held, no thread blocked
-//!     store.entry(..) / store.flush_all()  each mutation appends its record under the shard
-//!                                          lock (never waiting) and its LSN joins the ticket
-//!     let t = take_ticket()                (or: let (r, t) = capture(|| ...))
+//!     store.entry_reporting(..) /          each mutation appends its record under the shard
+//!     store.flush_all_reporting()          lock (never waiting); its LSN comes back as the
+//!                                          revision of the call
+//!     let t = Ticket::from_revision(rev)   the newest of them
 //!     persist.acknowledged(t).await?       sync: the durable mark covers t (fdatasync'd)
 //!                                          async: the written mark covers t (in the kernel)
 //!     reply
@@ -19,9 +20,9 @@
 //! wakes it once its own LSN is covered. Nothing here blocks a thread or holds a lock.
 //!
 //! A [`Ticket`] is the highest LSN the request's mutations were logged at. The store calls
-//! the log through [`crate::sink`] synchronously, on the thread that runs the request, so a
-//! thread-local collects the LSNs; a front end takes it right after its store calls, before
-//! any `.await` (a task may move to another thread only at an await).
+//! the log through [`crate::sink`] synchronously, under the shard lock, and hands each LSN
+//! back to its caller as the mutation's revision (`Store::entry_reporting`), so the ticket is
+//! a value the writer holds, not something collected on the side.
 //!
 //! Copies of a value between the socket and the disk, sync mode with O_DIRECT (the server's
 //! default), two:
@@ -62,7 +63,6 @@ use crate::error::PersistError;
 use crate::gate::ReplicationGate;
 use crate::mode::Mode;
 use crate::persistence::Persistence;
-use crate::sink::TICKET_LSN;
 
 /// What a request's writes must reach before they are acknowledged: the highest LSN its
 /// mutations were logged at, or the mark of a failed append.
@@ -77,43 +77,38 @@ impl Ticket {
     pub const NONE: Ticket = Ticket { lsn: 0 };
 
     /// Whether the request wrote nothing.
+    #[inline]
     pub fn is_empty(self) -> bool {
         self.lsn == 0
     }
 
     /// Whether an append failed: the write must not be acknowledged.
+    #[inline]
     pub fn failed(self) -> bool {
         self.lsn == Lsn::MAX
     }
 
     /// The LSN to wait for, if any (none for an empty or failed ticket).
+    #[inline]
     pub fn lsn(self) -> Option<Lsn> {
         (!self.is_empty() && !self.failed()).then_some(self.lsn)
     }
 
     /// Both tickets' writes (a connection merges those of a batch of requests).
+    #[inline]
     pub fn merge(self, other: Ticket) -> Ticket {
         Ticket {
             lsn: self.lsn.max(other.lsn),
         }
     }
-}
 
-/// Takes the ticket of the mutations made on this thread since it was last taken. Call it
-/// right after the store calls of a request, before any `.await`.
-pub fn take_ticket() -> Ticket {
-    Ticket {
-        lsn: TICKET_LSN.with(|c| c.replace(0)),
+    /// The ticket of writes whose newest revision the store reported as `revision`
+    /// (`Store::entry_reporting`, `Store::flush_all_reporting`): with a log, revisions are
+    /// LSNs; 0 is nothing written and `Revision::MAX` a failed append (the sink's answer then).
+    #[inline]
+    pub fn from_revision(revision: cairn_store::Revision) -> Ticket {
+        Ticket { lsn: revision }
     }
-}
-
-/// Runs `f` (store calls) and returns its result with the ticket of exactly the mutations it
-/// made; whatever this thread had collected before is left as it was.
-pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Ticket) {
-    let outer = TICKET_LSN.with(|c| c.replace(0));
-    let r = f();
-    let lsn = TICKET_LSN.with(|c| c.replace(outer));
-    (r, Ticket { lsn })
 }
 
 impl Persistence {
@@ -168,12 +163,10 @@ impl Persistence {
         let _ = self.replication.set(gate);
     }
 
-    /// Why a client's write is refused now: the log failed ([`Self::write_refusal`]), or
-    /// this node is a replica. What both front ends check before a write.
-    pub fn client_write_refusal(&self) -> Option<String> {
-        if let Some(e) = self.write_refusal() {
-            return Some(e.to_string());
-        }
+    /// Why the replication gate refuses client writes now (this node is a replica, or a
+    /// primary whose lease lapsed), if it does. With [`Self::write_refusal`], what
+    /// cairn-engine checks before every client write.
+    pub fn replication_refusal(&self) -> Option<String> {
         self.replication.get().and_then(|g| g.refusal())
     }
 

@@ -16,7 +16,8 @@ use cairn_wal::Lsn;
 /// A second condition on acknowledgements, set by the cluster layer (crates/cluster): on a
 /// primary with sync replication, a write is acknowledged only once a replica holds it
 /// durable too; on a replica, client writes are refused. Both front ends go through it, since
-/// both call [`crate::Persistence::acknowledged`] and [`crate::Persistence::client_write_refusal`].
+/// both call [`crate::Persistence::acknowledged`] and [`crate::Persistence::replication_refusal`]
+/// (through cairn-engine).
 pub trait ReplicationGate: Send + Sync {
     /// Why client writes are refused now (this node is a replica), if they are.
     fn refusal(&self) -> Option<String>;

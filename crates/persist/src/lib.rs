@@ -2,8 +2,9 @@
 //!
 //! ```text
 //!   Store mutation (under the shard lock) ──LogSink──> record::encode_head ──> Log::append_parts
-//!        └─ the LSN joins the thread's ticket; the front end awaits `acknowledged(ticket)`
-//!           (the durable mark in sync mode, the written mark in async mode): durability.rs
+//!        └─ the LSN is the mutation's revision, back to the writer as its ticket; the writer
+//!           (through cairn-engine) awaits `acknowledged(ticket)` (the durable mark in sync
+//!           mode, the written mark in async mode): durability.rs
 //!
 //!   checkpoint:  L0 = appended LSN ─> copy shard by shard ─> snapshot-L0.snap.tmp (throttled)
 //!                ─> trailer + fdatasync ─> L1 = appended LSN, wait until the log is durable
@@ -40,10 +41,9 @@
 //! condition on it; `sink` logs the store's mutations; `history` reads old records back.
 //! Files: [`record`] (log records), [`snapshot`], `manifest`, `pins` (a snapshot's flash
 //! segments), `data_folder` (what is in the folder). `mode`, `config`, `error` and `stats`
-//! hold the types the others share; `clock` the wall clock.
+//! hold the types the others share; the wall clock is cairn-store's `now_unix`.
 
 mod checkpoint;
-mod clock;
 mod config;
 mod data_folder;
 mod durability;
@@ -63,7 +63,7 @@ mod stats;
 
 pub use cairn_wal::writes_before_sleeping;
 pub use config::{PersistConfig, DEFAULT_MAX_PENDING_BYTES};
-pub use durability::{capture, take_ticket, Ticket};
+pub use durability::Ticket;
 pub use error::{PersistError, Unrecoverable};
 pub use gate::ReplicationGate;
 pub use history::HistoryError;

@@ -19,7 +19,6 @@ use cairn_store::{MutationSink, Store, StoreConfig};
 use cairn_wal::{Log, LogOptions, Lsn};
 use parking_lot::Mutex;
 
-use crate::clock::now_unix;
 use crate::config::PersistConfig;
 use crate::data_folder::{list_snapshots, remove_temp_files};
 use crate::error::{PersistError, Unrecoverable};
@@ -30,6 +29,7 @@ use crate::pins::read_pins;
 use crate::sink::LogSink;
 use crate::stats::{CheckpointStats, RecoveryStats};
 use crate::{record, replay, snapshot};
+use cairn_store::now_unix;
 
 /// How far recovery moves the CAS counter past the largest unique found on disk (2^32: far
 /// more than the records one log can hold in memory before they are written, so no unique

@@ -30,9 +30,9 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use cairn_store::{ItemMeta, Mutation, Store};
 use cairn_wal::{Log, Lsn};
 
-use crate::clock::now_unix;
 use crate::error::{PersistError, Unrecoverable};
 use crate::record::{self, Record};
+use cairn_store::now_unix;
 
 /// Bytes of records collected for one worker before they are handed over.
 const BATCH_BYTES: usize = 256 << 10;

@@ -5,8 +5,10 @@
 //!   Store::entry(..) ── shard lock held ──> LogSink::on_mutation(&Mutation) -> revision (LSN)
 //!        record::encode_head(head) ──> Log::append_parts([head, value]) ──> LSN
 //!        ──> observers (lsn, &Mutation)      (still under the shard lock)
-//!        ──> the LSN joins this thread's ticket (see crate::durability), unless the store
-//!            decided the removal itself (expiry, eviction): nobody waits for those
+//!        ──> the LSN goes back to the store as the revision, and from there to the caller
+//!            of `Store::entry_reporting` (a write's own changes only: nobody waits for the
+//!            removals the store decides itself, expiry and eviction), which makes it the
+//!            write's [`crate::Ticket`]
 //! ```
 //!
 //! Nothing here waits: the append takes the log's lock for the time of one copy and returns
@@ -17,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cairn_store::{DeleteReason, Mutation, MutationSink, Revision};
+use cairn_store::{Mutation, MutationSink, Revision};
 use cairn_wal::{Log, Lsn, WalError};
 use parking_lot::{Mutex, RwLock};
 
@@ -34,9 +36,6 @@ pub trait LogObserver: Send + Sync {
 }
 
 thread_local! {
-    /// The highest LSN appended by mutations on this thread since the ticket was last taken
-    /// (`Lsn::MAX` after a failed append).
-    pub(crate) static TICKET_LSN: Cell<Lsn> = const { Cell::new(0) };
     /// Where a record's head (everything but the value) is encoded; reused.
     static HEAD: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// During recovery: the LSN of the record being replayed, which is the revision the store
@@ -109,19 +108,6 @@ impl MutationSink for LogSink {
         });
         match appended {
             Ok(lsn) => {
-                // A removal the store decided (expiry, eviction) needs no acknowledgement: a
-                // write that caused an eviction has a later record, and an expired item stays
-                // expired after a crash. So a read that expires an item never waits.
-                let store_decided = matches!(
-                    m,
-                    Mutation::Deleted {
-                        reason: DeleteReason::Expired | DeleteReason::Evicted,
-                        ..
-                    }
-                );
-                if !store_decided {
-                    TICKET_LSN.with(|c| c.set(c.get().max(lsn)));
-                }
                 if self.observed.load(Ordering::Acquire) {
                     for o in self.observers.read().iter() {
                         o.on_logged(lsn, m);
@@ -136,9 +122,8 @@ impl MutationSink for LogSink {
                     *failed = Some(e);
                 }
                 self.refusing.store(true, Ordering::SeqCst);
-                // The front end answers with an error instead of acknowledging.
-                TICKET_LSN.with(|c| c.set(Lsn::MAX));
-                // No watcher ever sees it.
+                // No watcher ever sees it, and the front end, whose ticket this revision
+                // becomes, answers with an error instead of acknowledging.
                 Revision::MAX
             }
         }

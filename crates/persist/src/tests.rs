@@ -10,10 +10,10 @@ use cairn_testkit::{power_cut, FaultyFs, Op};
 use cairn_wal::{FileSystem, RealFs};
 
 use super::*;
-use crate::clock::now_unix;
 use crate::data_folder::list_snapshots;
 use crate::open::CAS_GAP_AFTER_RECOVERY;
 use crate::pins::{pins_file_name, read_pins, write_pins};
+use cairn_store::now_unix;
 
 fn config(fs: Arc<dyn FileSystem>, root: &Path) -> PersistConfig {
     PersistConfig {

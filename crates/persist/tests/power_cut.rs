@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cairn_persist::{capture, Mode, PersistConfig, Persistence, DEFAULT_MAX_PENDING_BYTES};
+use cairn_persist::{Mode, PersistConfig, Persistence, Ticket, DEFAULT_MAX_PENDING_BYTES};
 use cairn_store::StoreConfig;
 use cairn_testkit::{FaultyFs, Rng};
 use cairn_wal::{block_on, Lsn};
@@ -85,15 +85,14 @@ fn writer(
         let state = (rng.below(5) != 0)
             .then(|| format!("w{id}-v{n}-{}", "x".repeat(rng.below(300) as usize)));
         block_on(p.room());
-        let (stored, ticket) = capture(|| {
-            store.entry(key.as_bytes(), now(), |e| match &state {
-                Some(v) => e.store(&[v.as_bytes()], 0, 0, None).is_ok(),
-                None => {
-                    e.delete();
-                    true
-                }
-            })
+        let (stored, revision) = store.entry_reporting(key.as_bytes(), now(), |e| match &state {
+            Some(v) => e.store(&[v.as_bytes()], 0, 0, None).is_ok(),
+            None => {
+                e.delete();
+                true
+            }
         });
+        let ticket = Ticket::from_revision(revision);
         assert!(stored, "the store has room for every write");
         if ticket.failed() {
             return;

@@ -35,20 +35,24 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 
 /// Turns an accepted socket into the connection's stream: the TLS handshake under `-Z`. None
 /// when the handshake fails or times out (counted in `tls_handshake_failures`).
-pub async fn handshake(ctx: &crate::Ctx, tcp: TcpStream) -> Option<Stream> {
+pub async fn handshake(
+    tls: Option<&TlsAcceptor>,
+    counters: &crate::stats::Counters,
+    tcp: TcpStream,
+) -> Option<Stream> {
     let _ = tcp.set_nodelay(true);
-    let Some(acceptor) = &ctx.tls else {
+    let Some(acceptor) = tls else {
         return Some(Stream::Left(tcp));
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => Some(Stream::Right(Box::new(tls))),
         Ok(Err(e)) => {
-            crate::stats::bump(&ctx.counters.tls_handshake_failures);
+            crate::stats::bump(&counters.tls_handshake_failures);
             tracing::debug!("TLS handshake failed: {e}");
             None
         }
         Err(_) => {
-            crate::stats::bump(&ctx.counters.tls_handshake_failures);
+            crate::stats::bump(&counters.tls_handshake_failures);
             tracing::debug!("TLS handshake timed out");
             None
         }

@@ -63,7 +63,7 @@ pub fn start_follower(ctx: &Arc<Ctx>, local: SocketAddr, stop: tokio::sync::watc
     let (Some(primary), Some(repl), Some(persist)) = (
         ctx.config.replica_of.clone(),
         ctx.replication.clone(),
-        ctx.persist.clone(),
+        ctx.persist().cloned(),
     ) else {
         return;
     };
@@ -75,7 +75,7 @@ pub fn start_follower(ctx: &Arc<Ctx>, local: SocketAddr, stop: tokio::sync::watc
         data_dir: ctx.config.snapshot_dir(),
     };
     tokio::spawn(cairn_cluster::replica::follow(
-        Arc::clone(&ctx.store),
+        Arc::clone(ctx.store()),
         persist,
         repl,
         config,
@@ -84,101 +84,14 @@ pub fn start_follower(ctx: &Arc<Ctx>, local: SocketAddr, stop: tokio::sync::watc
 }
 
 /// `stats replication`: the role, and the lag in revisions and bytes (a primary: of its
-/// furthest-ahead replica; a replica: behind the primary's last reported revision).
+/// furthest-ahead replica; a replica: behind the primary's last reported revision), rendered
+/// from the typed [`crate::stats::ReplicationStats`] the metrics read too.
 pub fn stats(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let Some(r) = &ctx.replication else {
         return vec![("role", "none".into())];
     };
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut out = vec![("mode", r.mode().name().to_string())];
-    if r.in_group() {
-        if let Some(p) = &ctx.persist {
-            out.push(("node_id", cairn_cluster::group::node_id(p)));
-        }
-        out.push(("term", r.term().to_string()));
-        out.push((
-            "lease",
-            if r.lease.valid() { "held" } else { "none" }.into(),
-        ));
-        out.push(("lease_refusals", r.lease_refusals.load(Relaxed).to_string()));
-    }
-    match r.role() {
-        Role::Primary => {
-            let published = ctx.hub.as_ref().map_or(0, |h| h.published());
-            let replicas = r.replicas();
-            let acked = r.newest_acked();
-            let lag = if replicas.is_empty() {
-                0
-            } else {
-                published.saturating_sub(acked)
-            };
-            out.push(("role", "primary".into()));
-            out.push(("revision", published.to_string()));
-            out.push(("replicas", replicas.len().to_string()));
-            if r.in_group() {
-                let in_sync: Vec<String> = r.in_sync().into_iter().collect();
-                out.push(("in_sync", in_sync.join(",")));
-                out.push(("committed_revision", r.committed().to_string()));
-            }
-            out.push(("replica_acked_revision", acked.to_string()));
-            out.push(("lag_revisions", lag.to_string()));
-            out.push((
-                "lag_bytes",
-                lag_bytes(ctx, acked, published, lag).to_string(),
-            ));
-            out.push(("sync_timeouts", r.timeouts.load(Relaxed).to_string()));
-        }
-        Role::Replica { primary } => {
-            let f = &r.follower;
-            let applied = f.applied_revision.load(Relaxed);
-            let theirs = f.primary_revision.load(Relaxed);
-            out.push(("role", "replica".into()));
-            out.push(("primary", primary));
-            out.push((
-                "connected",
-                if f.connected.load(Relaxed) {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .into(),
-            ));
-            out.push(("applied_revision", applied.to_string()));
-            out.push((
-                "complete",
-                if f.complete.load(Relaxed) {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .into(),
-            ));
-            out.push(("primary_revision", theirs.to_string()));
-            out.push(("lag_revisions", theirs.saturating_sub(applied).to_string()));
-            out.push(("lag_bytes", f.pending_bytes.load(Relaxed).to_string()));
-            out.push(("received_bytes", f.received_bytes.load(Relaxed).to_string()));
-            out.push(("full_syncs", f.full_syncs.load(Relaxed).to_string()));
-            out.push(("resumes", f.resumes.load(Relaxed).to_string()));
-        }
-    }
-    out
-}
-
-/// Bytes (keys and values) of the events after `acked` up to `published`, read from the watch
-/// history in memory (a lag older than it counts what is still there).
-fn lag_bytes(ctx: &Ctx, acked: u64, published: u64, lag: u64) -> u64 {
-    let Some(hub) = &ctx.hub else { return 0 };
-    if lag == 0 {
-        return 0;
-    }
-    let from = (acked + 1).max(hub.first_in_memory());
-    match hub.read(from, published, usize::MAX) {
-        Ok((events, _)) => events
-            .iter()
-            .map(|e| (e.key().len() + e.value_len as usize) as u64)
-            .sum(),
-        Err(_) => 0,
-    }
+    crate::stats::ReplicationStats::read(r, ctx.hub().map(|h| &**h), ctx.persist().map(|p| &**p))
+        .text()
 }
 
 /// Joins the replication group (`--replication-group`), if there is one: returns once this
@@ -195,7 +108,7 @@ pub async fn join_group(
         return Ok(None);
     };
     let (Some(repl), Some(persist), Some(grpc)) =
-        (ctx.replication.clone(), ctx.persist.clone(), grpc)
+        (ctx.replication.clone(), ctx.persist().cloned(), grpc)
     else {
         return Err("a replication group needs persistence and the gRPC API".into());
     };
@@ -219,7 +132,7 @@ pub async fn join_group(
         data_dir: c.snapshot_dir(),
     };
     let local = cairn_cluster::group::Local {
-        store: Arc::clone(&ctx.store),
+        store: Arc::clone(ctx.store()),
         persist,
         repl,
     };

@@ -1,22 +1,25 @@
 //! One client connection: read a batch, answer every complete request in it, write once.
 //!
 //! ```text
-//!   socket ──read──> input ──parse──> request ──cmd::execute──> output ──write──> socket
+//!   socket ──read──> input ──parse──> request ──cmd::answer──> output ──write──> socket
 //!                     ^  keeps a partial request        ^                ^
 //!                     └─ until the rest arrives         │     the writes whose replies are in
-//!                          a write first awaits room ───┘     `output` are safe first
+//!                          a write is first admitted ───┘     `output` are safe first
 //! ```
 //!
-//! Durability goes through the one path of cairn-persist (crates/persist/src/durability.rs):
-//! before a write the connection awaits `room()` (the log's buffer is below its bound: when a
-//! slow disk fills it, this connection is parked, with no error, and every other connection is
-//! still served); each request's mutations leave a ticket (`take_ticket`); before the output
-//! is written, `acknowledged(ticket)` waits until those writes are safe in the mode in force:
-//! fdatasync'd in sync mode, handed to the kernel in async mode. So no reply byte leaves ahead
-//! of the writes it answers, or ahead of an earlier `noreply` write; all connections waiting
-//! meanwhile share the log's next write (group commit). `mn` is a fence in both modes: its
-//! `MN` is sent only once every earlier write of the connection is durable. Waiting parks this
-//! task only: no lock is held and no thread is blocked.
+//! Durability goes through the one write path, cairn-engine's, which every front end takes:
+//! before a write, `cmd::answer` awaits `Engine::admit` (refused once the log failed or on a
+//! replica; and the log's buffer is below its bound: when a slow disk fills it, this
+//! connection is parked, with no error, and every other connection is still served); each
+//! request's changes, made inside `Engine::apply`, come back with an `Ack`, which this
+//! connection merges for the batch; before the output is written,
+//! `Engine::acknowledged(ack)` waits until those writes are safe in the mode in force:
+//! fdatasync'd in sync mode, handed to the kernel in async mode (and held by a replica under
+//! sync replication). So no reply byte leaves ahead of the writes it answers, or ahead of an
+//! earlier `noreply` write; all connections waiting meanwhile share the log's next write
+//! (group commit), and a pipelined batch waits once. `mn` is a fence in both modes: its `MN`
+//! is sent only once every earlier write of the connection is durable (`Engine::durable`).
+//! Waiting parks this task only: no lock is held and no thread is blocked.
 //!
 //! Backpressure of replies: the connection reads again only after its output is written (on
 //! the io_uring engine: once its previous output is written, one send being in flight while
@@ -27,11 +30,11 @@
 
 use std::sync::Arc;
 
-use cairn_persist::{take_ticket, Ticket};
-use cairn_proto::{parse, Crawler, MetaCmd, Request};
+use cairn_engine::Ack;
+use cairn_proto::{parse, Request};
 use tokio::sync::watch;
 
-use crate::cmd::{self, Flow};
+use crate::cmd::{self, Closed, Flow, Session};
 use crate::stats::{add, bump};
 use crate::transport::Transport;
 use crate::Ctx;
@@ -65,14 +68,9 @@ struct Conn<S> {
     /// last command (cmd/arcus.rs).
     pipeline: cmd::arcus::Pipeline,
     /// The writes whose replies are in `output` (or were `noreply`): safe before it is written.
-    unacked: Ticket,
+    unacked: Ack,
     /// Writes acknowledged and perhaps not durable yet (async mode): what `mn` fences.
-    unfenced: Ticket,
-}
-
-/// Why a connection stops.
-enum Stop {
-    Closed,
+    unfenced: Ack,
 }
 
 /// Serves one connection until the client closes, sends `quit`, or shutdown is signalled.
@@ -85,8 +83,8 @@ pub async fn serve<S: Transport>(ctx: Arc<Ctx>, stream: S, mut shutdown: watch::
         output: Vec::with_capacity(READ_CHUNK),
         swallow: 0,
         pipeline: cmd::arcus::Pipeline::default(),
-        unacked: Ticket::NONE,
-        unfenced: Ticket::NONE,
+        unacked: Ack::NONE,
+        unfenced: Ack::NONE,
     };
     answer_until_closed(&ctx, &mut c, registered.as_ref(), &mut shutdown).await;
     // A send still in flight (io_uring engine) leaves whole before the socket is closed.
@@ -118,7 +116,7 @@ async fn answer_until_closed<S: Transport>(
     loop {
         let flow = match answer_batch(ctx, c).await {
             Ok(flow) => flow,
-            Err(Stop::Closed) => return,
+            Err(Closed) => return,
         };
         // Waiting for the client from the moment the last reply can reach it.
         if let Some(r) = registered {
@@ -160,83 +158,67 @@ async fn answer_until_closed<S: Transport>(
     }
 }
 
-/// The reply when writes cannot be made safe; the connection is closed after it.
-const NOT_SAFE: &[u8] =
-    b"SERVER_ERROR persistence failure: the write could not be made durable\r\n";
-
 /// Writes the output, once the writes it answers are safe (see the module doc). If they
 /// cannot be, the replies are replaced by an error and the connection ends: nothing is
 /// acknowledged that is not safe.
-async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
+async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Closed> {
     if !c.unacked.is_empty() {
-        let safe = match &ctx.persist {
-            Some(p) => {
-                if let Some(lsn) = c.unacked.lsn() {
-                    crate::uring::until_safe(p, lsn).await;
-                }
-                p.acknowledged(c.unacked).await
-            }
-            None => Ok(()),
-        };
+        // On the io_uring engine, the thread's one wait for the log's safe mark first.
+        let safe = ctx
+            .engine
+            .acknowledged_after(c.unacked, crate::uring::until_safe)
+            .await;
         if let Err(e) = safe {
             c.output.clear();
-            match e {
-                // Safe here, but sync replication found no replica holding it in time.
-                cairn_persist::PersistError::Replication(why) => {
-                    server_error(&mut c.output, "replication: ", &why);
-                }
-                _ => c.output.extend_from_slice(NOT_SAFE),
-            }
+            cmd::write_error::reply(&mut c.output, &e);
             let _ = c.stream.send(&mut c.output).await;
-            return Err(Stop::Closed);
+            return Err(Closed);
         }
         c.unfenced = c.unfenced.merge(c.unacked);
-        c.unacked = Ticket::NONE;
+        c.unacked = Ack::NONE;
     }
     write(ctx, c).await
 }
 
 /// `mn`: every earlier write of this connection is durable, whatever the mode.
 async fn fence<S>(ctx: &Ctx, c: &mut Conn<S>) -> bool {
-    let durable = match &ctx.persist {
-        Some(p) => p.durable(c.unfenced).await.is_ok(),
-        None => true,
-    };
-    c.unfenced = Ticket::NONE;
+    let durable = ctx.engine.durable(c.unfenced).await.is_ok();
+    c.unfenced = Ack::NONE;
     durable
 }
 
-/// Before a write: parks while the log's buffer is full (backpressure); other connections
-/// are served meanwhile.
-async fn room_for_a_write(ctx: &Ctx) {
-    if let Some(p) = &ctx.persist {
-        if !p.has_room() {
-            p.room().await;
-        }
-    }
-}
-
-async fn write<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Stop> {
+async fn write<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Closed> {
     let n = c.output.len();
-    c.stream
-        .send(&mut c.output)
-        .await
-        .map_err(|_| Stop::Closed)?;
+    c.stream.send(&mut c.output).await.map_err(|_| Closed)?;
     add(&ctx.counters.bytes_written, n as u64);
     Ok(())
 }
 
-/// Appends `SERVER_ERROR <head><why>`, `why` kept to one line.
-fn server_error(out: &mut Vec<u8>, head: &str, why: &str) {
-    out.extend_from_slice(b"SERVER_ERROR ");
-    out.extend_from_slice(head.as_bytes());
-    out.extend_from_slice(why.replace(['\r', '\n'], " ").as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
+/// What answering a request needs of this connection (cmd/dispatch.rs).
+impl<S: Transport> Session for Conn<S> {
+    fn output(&mut self) -> &mut Vec<u8> {
+        &mut self.output
+    }
 
-/// Adds the writes of the request just executed to what the output waits for.
-fn note_writes<S>(c: &mut Conn<S>) {
-    c.unacked = c.unacked.merge(take_ticket());
+    fn pipeline(&mut self) -> (&mut cmd::arcus::Pipeline, &mut Vec<u8>) {
+        (&mut self.pipeline, &mut self.output)
+    }
+
+    fn note(&mut self, ack: Ack) {
+        self.unacked = self.unacked.merge(ack);
+    }
+
+    fn writes_pending(&self) -> bool {
+        !(self.unacked.is_empty() && self.unfenced.is_empty())
+    }
+
+    fn flush(&mut self, ctx: &Ctx) -> impl std::future::Future<Output = Result<(), Closed>> {
+        flush(ctx, self)
+    }
+
+    fn fence(&mut self, ctx: &Ctx) -> impl std::future::Future<Output = bool> {
+        fence(ctx, self)
+    }
 }
 
 /// memcached's ASCII authentication (`-Y`): the first command must be a `set` whose data is
@@ -267,7 +249,7 @@ fn authenticate(ctx: &Ctx, authenticated: &mut bool, output: &mut Vec<u8>, reque
 }
 
 /// Answers every complete request in the input.
-async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<Flow, Stop> {
+async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<Flow, Closed> {
     // The input leaves the connection for the batch: a request borrows its keys and value
     // from it, and lives across flushes of the connection's output (a long multi-get).
     let mut input = std::mem::take(&mut c.input);
@@ -278,8 +260,6 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
     // already): one clock read per request instead of a pair. Waits between requests (a
     // yield, a flush) move the mark.
     let mut mark = crate::uring::turn_started().unwrap_or_else(std::time::Instant::now);
-    // Clear whatever an earlier task on this thread left behind.
-    take_ticket();
     let flow = loop {
         if c.swallow > 0 {
             let n = c.swallow.min(input.len() - start);
@@ -302,71 +282,12 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
                     authenticate(ctx, &mut c.authenticated, &mut c.output, request);
                     continue;
                 }
-                if cmd::is_write(&request) {
-                    room_for_a_write(ctx).await;
-                    if let Some(why) = ctx.write_refusal() {
-                        server_error(&mut c.output, "writes refused: ", &why.to_string());
-                        continue;
-                    }
-                }
                 let family = crate::stats::Family::of(&request);
-                match request {
-                    Request::Get {
-                        kind,
-                        exptime,
-                        keys,
-                    } => {
-                        let now = ctx.now();
-                        for key in keys.iter() {
-                            cmd::get::one_async(ctx, kind, exptime, now, key, &mut c.output).await;
-                            note_writes(c);
-                            if c.output.len() >= ctx.config.output_buffer_max {
-                                flush(ctx, c).await?;
-                            }
-                        }
-                        cmd::get::end(&mut c.output);
-                    }
-                    Request::Meta(m)
-                        if m.cmd == MetaCmd::Noop
-                            && !(c.unacked.is_empty() && c.unfenced.is_empty()) =>
-                    {
-                        // The durability fence: MN only once this connection's writes are on disk.
-                        flush(ctx, c).await?;
-                        if !fence(ctx, c).await {
-                            c.output.extend_from_slice(NOT_SAFE);
-                            break Flow::Close;
-                        }
-                        c.output.extend_from_slice(b"MN\r\n");
-                    }
-                    Request::Admin { words } => cmd::admin::run(ctx, &words, &mut c.output).await,
-                    Request::NotSupported { pipe, noreply, .. } => {
-                        c.pipeline.answer(pipe, noreply, &mut c.output)
-                    }
-                    Request::LruCrawler(Crawler::Metadump { dump: true }) => {
-                        // Streamed shard by shard, flushing as the reply grows.
-                        let now = ctx.now();
-                        for shard in 0..ctx.store.shard_count() {
-                            cmd::crawler::metadump_shard(ctx, shard, now, &mut c.output);
-                            if c.output.len() >= ctx.config.output_buffer_max {
-                                flush(ctx, c).await?;
-                            }
-                        }
-                        c.output.extend_from_slice(b"END\r\n");
-                    }
-                    request => {
-                        if let Err(e) = crate::flash::resolve(ctx, &request).await {
-                            // The item may still be on flash: the command must not run as
-                            // if its key were absent. Nothing changed; the client may retry.
-                            let why = e.to_string();
-                            server_error(&mut c.output, "flash read not done: ", &why);
-                            continue;
-                        }
-                        let flow = cmd::execute(ctx, request, &mut c.output);
-                        note_writes(c);
-                        if flow == Flow::Close {
-                            break Flow::Close;
-                        }
-                    }
+                match cmd::answer(ctx, c, request).await? {
+                    Flow::Continue => {}
+                    Flow::Close => break Flow::Close,
+                    // Answered with the refusal; not timed.
+                    Flow::Refused => continue,
                 }
                 let done = std::time::Instant::now();
                 ctx.latency
@@ -376,8 +297,8 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
             Err(e) => {
                 bump(&ctx.counters.protocol_errors);
                 if let Some(key) = &e.forget {
-                    cmd::storage::forget(ctx, key);
-                    note_writes(c);
+                    let ack = cmd::storage::forget(ctx, key);
+                    c.note(ack);
                 }
                 if !e.silent {
                     c.output.extend_from_slice(e.reply_line().as_bytes());
@@ -394,7 +315,7 @@ async fn answer_batch<S: Transport>(ctx: &Arc<Ctx>, c: &mut Conn<S>) -> Result<F
             flush(ctx, c).await?;
             mark = std::time::Instant::now();
         }
-        // Every request's writes are in `unacked` by now (no ticket is left on the thread).
+        // Every request's writes are in `unacked` by now.
         this_turn += 1;
         if this_turn == REQUESTS_PER_TURN {
             this_turn = 0;

@@ -1,5 +1,5 @@
-//! Starts the gRPC API (crates/grpc) over this server's store, log and hub. gRPC writes take
-//! persist's one durability path, as memcached writes do.
+//! Starts the gRPC API (crates/grpc) over this server's engine and hub. gRPC writes take the
+//! one write path (cairn-engine), as memcached writes do.
 //!
 //! ```text
 //!   main ── Config::grpc_addr ──> prepare(ctx, addr) ──> Prepared::serve(listener, shutdown)
@@ -13,17 +13,15 @@ use cairn_grpc::{Backend, GrpcConfig};
 use crate::Ctx;
 
 /// Builds the gRPC API for `listen`; an error says why the server refuses to start. Needs the
-/// hub (`ctx.hub`), which `Ctx::open` builds when `grpc_listen` is not "off".
+/// hub (`ctx.hub()`), which `Ctx::open` builds when `grpc_listen` is not "off".
 pub async fn prepare(
     ctx: &Arc<Ctx>,
     listen: std::net::SocketAddr,
 ) -> Result<cairn_grpc::Prepared, String> {
     let c = &ctx.config;
     let backend = Arc::new(Backend {
-        store: Arc::clone(&ctx.store),
-        persist: ctx.persist.clone(),
-        flash: ctx.flash.clone(),
-        hub: ctx.hub.clone().ok_or("the gRPC API is off")?,
+        engine: Arc::clone(&ctx.engine),
+        hub: ctx.hub().cloned().ok_or("the gRPC API is off")?,
         stats: Arc::clone(&ctx.grpc_stats),
         config: GrpcConfig {
             listen,

@@ -170,7 +170,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<(), String> {
         t.abort();
         let _ = t.await;
     }
-    if let Some(p) = ctx.persist.clone() {
+    if let Some(p) = ctx.persist().cloned() {
         // A checkpoint on the way out makes the next start a snapshot load, not a long replay.
         tracing::info!("shutdown checkpoint");
         let done = tokio::task::spawn_blocking(move || {

@@ -30,6 +30,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::accept_backoff::AcceptBackoff;
 use crate::stats::bump;
 use crate::{connection, Ctx};
 
@@ -44,7 +45,7 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
     ctx.conns.listening(&listener, ctx.now());
     let reclaim = tokio::spawn(reclaim_loop(Arc::clone(&ctx), shutdown.clone()));
     let checkpoints = tokio::spawn(checkpoint_loop(Arc::clone(&ctx), shutdown.clone()));
-    if let Some(at) = ctx.store.scheduled_flush() {
+    if let Some(at) = ctx.store().scheduled_flush() {
         // A `flush_all <delay>` recovered from the log, still in the future.
         crate::cmd::flush::arm_timer(&ctx, at, ctx.now());
     }
@@ -127,7 +128,9 @@ pub async fn run(ctx: Arc<Ctx>, listener: TcpListener, mut shutdown: watch::Rece
         workers.spawn(async move {
             match tokio::net::TcpStream::from_std(stream) {
                 Ok(stream) => {
-                    if let Some(stream) = crate::access::handshake(&ctx, stream).await {
+                    if let Some(stream) =
+                        crate::access::handshake(ctx.tls.as_ref(), &ctx.counters, stream).await
+                    {
                         connection::serve(Arc::clone(&ctx), stream, shutdown).await;
                     }
                 }
@@ -158,7 +161,12 @@ impl Engine {
         let n = ctx.config.worker_threads();
         let runtime = tokio::runtime::Handle::current();
         let engine = match choose_engine(&ctx.config, || {
-            crate::uring::Pool::start(n, runtime, ctx.persist.clone())
+            crate::uring::Pool::start(
+                n,
+                runtime,
+                ctx.persist().cloned(),
+                ctx.config.uring_turn_yield,
+            )
         }) {
             (Some(pool), _) => Engine::Uring(pool),
             (None, why) => {
@@ -167,7 +175,7 @@ impl Engine {
                         "io_engine uring: {why}: connections are served by the tokio engine"
                     );
                 }
-                Engine::Tokio(Workers::start(n, ctx.persist.clone())?)
+                Engine::Tokio(Workers::start(n, ctx.persist().cloned())?)
             }
         };
         let name = match engine {
@@ -272,39 +280,9 @@ impl Workers {
     }
 }
 
-/// Waits after a failed accept: 5 ms, doubling up to 1 s while accepts keep failing, so that a
-/// process out of file descriptors neither spins nor takes long to resume once some close.
-#[derive(Debug, Default)]
-pub struct AcceptBackoff {
-    /// The next wait; zero after a successful accept.
-    delay: Duration,
-}
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(5);
-    const MOST: Duration = Duration::from_secs(1);
-
-    /// A successful accept: the next failure waits [`Self::FIRST`] again.
-    pub fn reset(&mut self) {
-        self.delay = Duration::ZERO;
-    }
-
-    /// Counts the failure, logs the first of a run, and sleeps.
-    pub async fn wait(&mut self, ctx: &Ctx, listener: &str, e: &std::io::Error) {
-        bump(&ctx.counters.accept_errors);
-        if self.delay.is_zero() {
-            tracing::warn!("{listener} accept failed, backing off: {e}");
-            self.delay = Self::FIRST;
-        } else {
-            self.delay = (self.delay * 2).min(Self::MOST);
-        }
-        tokio::time::sleep(self.delay).await;
-    }
-}
-
 /// Takes a checkpoint whenever the ARCUS rule says one is due (checked every second).
 async fn checkpoint_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
-    let Some(p) = ctx.persist.clone() else {
+    let Some(p) = ctx.persist().cloned() else {
         return;
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -329,7 +307,7 @@ async fn reclaim_loop(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
         }
         let ctx = Arc::clone(&ctx);
         let _ = tokio::task::spawn_blocking(move || {
-            ctx.store.reclaim_expired(ctx.now(), RECLAIM_BATCH)
+            ctx.store().reclaim_expired(ctx.now(), RECLAIM_BATCH)
         })
         .await;
     }

@@ -124,9 +124,8 @@ fn a_mapping_to_another_service_refuses_the_start() {
     let address = zk.address();
     let inspector = Inspector::connect(&address);
     let port = zookeeper::free_port();
-    inspector.mkdir(&format!(
-        "/arcus/cache_server_mapping/127.0.0.1:{port}/someone-else"
-    ));
+    let mapping = format!("/arcus/cache_server_mapping/127.0.0.1:{port}");
+    inspector.mkdir(&format!("{mapping}/someone-else"));
     let dir = tempfile::tempdir().unwrap();
     // No gRPC listener: the default port (50051) may be taken by another server on this
     // machine, which would refuse the start for a reason this test is not about.
@@ -149,6 +148,9 @@ fn a_mapping_to_another_service_refuses_the_start() {
         "{err}"
     );
     assert_eq!(inspector.children("/arcus/cache_list/mine"), None);
+    // The ZooKeeper is shared: a later test's node may get this port.
+    inspector.delete(&format!("{mapping}/someone-else"));
+    inspector.delete(&mapping);
 }
 
 #[test]

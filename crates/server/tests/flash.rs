@@ -31,7 +31,7 @@ fn flash_args<'a>(dir: &'a str, mode: &'a str) -> Vec<&'a str> {
 /// The test switch that makes RAM eviction wait for the flash writer instead of dropping
 /// items when the writer is behind (other work on the machine can starve it): these tests
 /// expect every item back. What happens without it is tested in cairn-flash (drops counted).
-const WAIT_FOR_WRITER: (&str, &str) = ("CAIRN_TEST_FLASH_WAIT_FOR_WRITER", "1");
+const WAIT_FOR_WRITER: (&str, &str) = (cairn_server::test_hooks::FLASH_WAIT_FOR_WRITER, "1");
 
 /// Starts cairn with its flash file in its data folder.
 fn start(tmp: &std::path::Path, mode: &str) -> Server {

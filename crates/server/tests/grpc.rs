@@ -1110,7 +1110,7 @@ fn a_sync_grpc_write_is_acknowledged_only_once_fdatasynced() {
     drop(kv);
     cairn_testkit::power_cut(&fs, ctx);
     let ctx = open();
-    match ctx.store.get(b"acked", cairn_server::now_unix()) {
+    match ctx.store().get(b"acked", cairn_server::now_unix()) {
         cairn_store::ReadOutcome::Hit(item) => {
             assert_eq!(item.meta.mod_revision, acked.mod_revision)
         }

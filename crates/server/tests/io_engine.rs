@@ -40,7 +40,7 @@ fn large_values_a_flushed_multi_get_and_a_pipeline() {
 /// rings) instead of the multishot receive.
 #[test]
 fn single_shot_receives_serve_the_same() {
-    large_values_multi_get_and_pipeline(&[(cairn_server::uring::SINGLE_SHOT_FOR_TESTS, "1")]);
+    large_values_multi_get_and_pipeline(&[(cairn_server::test_hooks::SINGLE_SHOT_RECV, "1")]);
 }
 
 fn large_values_multi_get_and_pipeline(env: &[(&str, &str)]) {
@@ -248,7 +248,7 @@ fn engine_in_force(server: &Server) -> String {
 /// io_uring or a sandbox that forbids it) starts the server on tokio's engine, which serves.
 #[test]
 fn a_refused_ring_falls_back_to_the_tokio_engine() {
-    let refuse = [(cairn_server::uring::REFUSE_FOR_TESTS, "1")];
+    let refuse = [(cairn_server::test_hooks::REFUSE_IO_URING, "1")];
     let server = Server::start_with_env(&refuse, &["--io-engine", "uring", "--persistence", "off"]);
     assert_eq!(engine_in_force(&server), "tokio");
     let mut c = server.connect();
@@ -364,7 +364,7 @@ fn registered_file_slots_are_emptied_and_reused() {
         return;
     }
     let server = Server::start_with_env(
-        &[(cairn_server::uring::FIXED_FILES_FOR_TESTS, "4")],
+        &[(cairn_server::test_hooks::FIXED_FILES, "4")],
         &["--io-engine", "uring", "--persistence", "off", "-t", "1"],
     );
     let mut open: Vec<_> = (0..6).map(|_| server.connect()).collect();

@@ -154,11 +154,11 @@ fn reads_stay_fast_while_the_log_disk_is_slow(mode: &str, flush_all: bool) {
     let server = Server::start_favoured(
         &[
             (
-                cairn_server::TEST_SYNC_DELAY_ENV,
+                cairn_server::test_hooks::LOG_SYNC_DELAY_MS,
                 &DELAY.as_millis().to_string(),
             ),
             (
-                cairn_server::TEST_PENDING_KIB_ENV,
+                cairn_server::test_hooks::LOG_PENDING_KIB,
                 &PENDING_MAX_KIB.to_string(),
             ),
         ],
@@ -211,7 +211,7 @@ fn reads_stay_fast_while_the_log_disk_is_slow(mode: &str, flush_all: bool) {
         batch_time >= DELAY,
         "{mode}: a write and its fence took {batch_time:?}, less than the fdatasync delay \
          {DELAY:?}: the slow disk ({}) was not in force, and nothing below would be tested",
-        cairn_server::TEST_SYNC_DELAY_ENV
+        cairn_server::test_hooks::LOG_SYNC_DELAY_MS
     );
     let writers: Vec<_> = writer_sockets
         .iter()

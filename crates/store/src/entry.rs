@@ -7,7 +7,9 @@
 //!     e.item / e.peek ─────────────> the live item in RAM
 //!     e.store / e.update_meta ─────> a new copy (room made by eviction) ─> Mutation::Stored
 //!     e.delete ────────────────────> RAM copy, or the key's own flash copy ─> Mutation::Deleted
-//!   (each report gives the revision, kept in the item)
+//!   (each report gives the revision, kept in the item; the newest the entry's own changes
+//!    got comes back to the caller of Store::entry_reporting: what its acknowledgement waits
+//!    for)
 //! ```
 //!
 //! Non-goals: no flash reads (the caller brings a flash item to RAM first, see
@@ -26,6 +28,22 @@ impl Store {
     /// Runs `f` with exclusive access to one key's slot (the shard lock is held during `f`).
     /// All conditional writes (add/replace/cas/append/incr/touch/meta) are built on this.
     pub fn entry<R>(&self, key: &[u8], now: UnixSecs, f: impl FnOnce(&mut Entry<'_>) -> R) -> R {
+        self.entry_reporting(key, now, f).0
+    }
+
+    /// [`Store::entry`], also returning the revision of the newest change `f` made through
+    /// the entry (the sink's answer: 0 when it changed nothing, `Revision::MAX` when the sink
+    /// failed). Removals the store decides itself on the way (an expired item found, an
+    /// eviction to make room) are not the caller's changes and do not count: nobody waits
+    /// for them (a write that evicted has a later record of its own, and an expired item
+    /// stays expired after a crash). This is how a write learns what its acknowledgement
+    /// waits for, as a value (cairn-engine's `Tx`).
+    pub fn entry_reporting<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        f: impl FnOnce(&mut Entry<'_>) -> R,
+    ) -> (R, Revision) {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         let mut expired = false;
@@ -43,10 +61,11 @@ impl Store {
             hash,
             now,
             expired,
+            revision: 0,
         };
         let r = f(&mut entry);
         flash::clear_spared();
-        r
+        (r, entry.revision)
     }
 }
 
@@ -64,11 +83,21 @@ pub struct Entry<'s> {
     pub(crate) now: UnixSecs,
     /// The lookup found the key's item expired (and removed it).
     pub(crate) expired: bool,
+    /// The newest revision the sink gave a change made through this entry (0: none yet;
+    /// `Revision::MAX` once the sink failed): see [`Store::entry_reporting`].
+    pub(crate) revision: Revision,
 }
 
 impl Entry<'_> {
     fn loc(&self) -> Option<Loc> {
         self.shard.find(self.hash, self.key)
+    }
+
+    /// Keeps the revision the sink gave one of this entry's own changes, for the caller
+    /// ([`Store::entry_reporting`]), and returns it.
+    fn own(&mut self, rev: Revision) -> Revision {
+        self.revision = self.revision.max(rev);
+        rev
     }
 
     /// The live item, if any (an expired one is treated as absent and reclaimed).
@@ -173,12 +202,13 @@ impl Entry<'_> {
             }
         });
         meta.mod_revision = 0;
-        meta.mod_revision = store.report(&Mutation::Stored {
+        let rev = store.report(&Mutation::Stored {
             key: self.key,
             value: seg.value(&h),
             meta,
             prev,
         });
+        meta.mod_revision = self.own(rev);
         self.shard
             .seg_mut(loc.slot)
             .set_revision(offset, &h, meta.mod_revision);
@@ -244,6 +274,7 @@ impl Entry<'_> {
                     meta: before,
                 }),
             });
+            let rev = self.own(rev);
             self.shard.seg_mut(loc.slot).set_revision(at, &h, rev);
         }
         true
@@ -291,6 +322,7 @@ impl Entry<'_> {
             reason: DeleteReason::Client,
             prev,
         });
+        let rev = self.own(rev);
         (removed.is_some() || flash_removed, Some(rev))
     }
 }

@@ -82,6 +82,7 @@ impl Store {
             hash,
             now,
             expired: false,
+            revision: 0,
         };
         let state = state_of(&ItemMeta { fetched: true, ..m });
         // The RAM copy first: should it find no room (-M), the flash copy stays; a move back

@@ -1,8 +1,9 @@
 //! cairn-store: the in-memory cache, synchronous and protocol-agnostic.
 //!
 //! ```text
-//!   server command files (get, set, cas, incr, meta ...)
-//!        |  Store::get / Store::entry(key, now, |e: &mut Entry| ...)
+//!   front ends' commands (get, set, cas, incr, meta, gRPC Set ...), writes through
+//!   cairn-engine's Tx
+//!        |  Store::get / Store::entry_reporting(key, now, |e: &mut Entry| ...) -> (r, revision)
 //!        v
 //!   Store ── shard = hash(key) % n ──> Mutex<Shard { index, segments, lru/fifo state }>
 //!                                          |  every mutation calls
@@ -14,11 +15,14 @@
 //!
 //! Every mutation has a revision, handed back by the sink (the command log's LSN with
 //! persistence on, a counter without it; the store's own counter when there is no sink), and
-//! every item keeps the revision of the mutation that made it (`ItemMeta::mod_revision`).
+//! every item keeps the revision of the mutation that made it (`ItemMeta::mod_revision`). The
+//! `_reporting` calls also hand the newest revision of the caller's own changes back to it:
+//! with a log, the LSN its acknowledgement waits for.
 //! Removals the store decides itself, expiry and eviction for good, are mutations too; moves
 //! (second chance, compaction, to flash and back) are not.
 //!
-//! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds).
+//! Non-goals: no I/O, no protocol text, no clocks of its own (callers pass `now`, unix seconds;
+//! [`now_unix`] is the wall clock in that base, defined here once for the crates above).
 
 //! The modules, one concern each:
 //!
@@ -30,8 +34,10 @@
 //!   segment     item memory and the item layout  flash      FlashLoc, the FlashTier seam
 //!   flash_index a shard's flash entries          types      items, mutations, stats
 //!   config      StoreConfig                      error      StoreError
+//!   clock       now_unix, the wall clock (never read by the store itself)
 //! ```
 
+mod clock;
 mod config;
 mod entry;
 mod error;
@@ -45,6 +51,7 @@ mod shard;
 mod store;
 mod types;
 
+pub use clock::now_unix;
 pub use config::StoreConfig;
 pub use entry::Entry;
 pub use error::StoreError;

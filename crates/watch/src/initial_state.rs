@@ -19,11 +19,10 @@
 //! Non-goals: flash-resident items (the flash index keeps no keys; RAM only, as Scan).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use cairn_api::pb;
-use cairn_store::{ItemMeta, Revision};
+use cairn_store::{now_unix, ItemMeta, Revision};
 use tokio::sync::mpsc;
 
 use crate::filter::KeyRange;
@@ -44,13 +43,6 @@ pub fn key_value(key: Bytes, value: Bytes, meta: &ItemMeta) -> pb::KeyValue {
         mod_revision: meta.mod_revision,
         stale: meta.stale,
     }
-}
-
-/// The wall clock in unix seconds (the store's time base).
-fn now_unix() -> u32 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
 }
 
 /// Scans the store for a watch's initial state at revision `r` and sends it in chunks, then

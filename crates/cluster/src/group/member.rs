@@ -444,35 +444,41 @@ impl Member {
                 Err(_) => {}
             }
             repl.note_published(persist.safe_lsn());
-            if let Some(change) = repl.in_sync_change(lag_bound) {
-                // Joins first here (this node waits for them from now on), then in ZooKeeper;
-                // leaves first in ZooKeeper, then here: the record never names a member this
-                // node does not wait for.
-                let added = repl.add_in_sync(&change.add);
-                let mut next = state.clone();
-                next.in_sync.extend(added.iter().cloned());
-                for m in &change.remove {
-                    next.in_sync.remove(m);
-                }
-                if next != state {
-                    match self.write_state(&next, Some(version)).await {
-                        Ok(Some(v)) => {
-                            tracing::info!(
-                                joined = ?added, left = ?change.remove,
-                                "replication group: in-sync set changed"
-                            );
-                            repl.remove_in_sync(&change.remove);
-                            state = next;
-                            version = v;
-                        }
-                        Ok(None) => {
-                            // Changed by someone else (an operator's force): step down.
-                            tracing::warn!("replication group: the group state changed under the primary; stepping down");
-                            give_back = true;
-                            break;
-                        }
-                        Err(e) => tracing::warn!("replication group: {e}"),
+            // Joins first here (this node waits for them from now on), then in ZooKeeper;
+            // leaves first in ZooKeeper, then here: the record never names a member this node
+            // does not wait for. The record is written from the set this node waits for, so
+            // a write that failed is made again at the next poll.
+            let change = repl.in_sync_change(lag_bound);
+            let (added, leaving) = match &change {
+                Some(c) => (repl.add_in_sync(&c.add), c.remove.clone()),
+                None => (Vec::new(), Vec::new()),
+            };
+            let mut next = state.clone();
+            next.in_sync = repl.in_sync();
+            for m in &leaving {
+                next.in_sync.remove(m);
+            }
+            if next != state {
+                match self.write_state(&next, Some(version)).await {
+                    Ok(Some(v)) => {
+                        tracing::info!(
+                            joined = ?added, left = ?leaving,
+                            "replication group: in-sync set changed"
+                        );
+                        repl.remove_in_sync(&leaving);
+                        state = next;
+                        version = v;
                     }
+                    Ok(None) => {
+                        // Changed by someone else (an operator's force): step down.
+                        tracing::warn!(
+                            "replication group: the group state changed under the primary; \
+                             stepping down"
+                        );
+                        give_back = true;
+                        break;
+                    }
+                    Err(e) => tracing::warn!("replication group: {e}"),
                 }
             }
             tokio::time::sleep(POLL).await;

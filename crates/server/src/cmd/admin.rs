@@ -67,7 +67,7 @@ pub async fn run(ctx: &Arc<Ctx>, words: &[String], out: &mut Vec<u8>) {
             return;
         }
     }
-    let Some(p) = ctx.persist.clone() else {
+    let Some(p) = ctx.persist().cloned() else {
         line(out, "SERVER_ERROR persistence is off");
         return;
     };

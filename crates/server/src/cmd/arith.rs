@@ -5,8 +5,10 @@
 //! delta is not applied to it), as arcus-memcached's `item_arithmetic` does; an existing key
 //! is changed as by the plain form, keeping its own flags and expiration time.
 
+use cairn_engine::Tx;
 use cairn_proto::{encode, ArithCreate};
 
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
@@ -57,8 +59,10 @@ pub fn apply(current: u64, incr: bool, delta: u64) -> u64 {
 /// incr/decr on the text protocol: appends the new value or the error line. With `create`
 /// (ARCUS's form) a missing key is created holding its initial value, counted as a hit (as
 /// ARCUS counts it).
+#[allow(clippy::too_many_arguments)]
 pub fn arith(
     ctx: &Ctx,
+    tx: &Tx<'_>,
     incr: bool,
     key: &[u8],
     delta: u64,
@@ -67,14 +71,14 @@ pub fn arith(
     out: &mut Vec<u8>,
 ) {
     let c = &ctx.counters;
-    let result = ctx.store.entry(key, now, |e| {
+    let result = tx.entry(key, now, |e| {
         let Some(item) = e.item() else {
             let Some(create) = create else {
                 return Err(ArithError::NotFound);
             };
             let mut text = Vec::with_capacity(20);
             encode::decimal(&mut text, create.initial);
-            let exptime = crate::absolute_exptime(create.exptime, now);
+            let exptime = absolute_exptime(create.exptime, now);
             e.store(&[&text], create.flags, exptime, None)
                 .map_err(ArithError::Store)?;
             return Ok(create.initial);

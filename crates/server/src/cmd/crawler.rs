@@ -19,7 +19,7 @@ const CRAWL_ITEMS: usize = 1 << 20;
 
 /// Appends the metadump lines of every live item of store shard `shard`.
 pub fn metadump_shard(ctx: &Ctx, shard: usize, now: u32, out: &mut Vec<u8>) {
-    ctx.store.visit_shard(shard, now, |key, value, meta| {
+    ctx.store().visit_shard(shard, now, |key, value, meta| {
         metadump_line(key, Store::item_bytes(key, value, meta), meta, out);
     });
 }
@@ -59,7 +59,7 @@ fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
 /// `lru_crawler crawl`: reclaims expired items now (the background reclaim does it in small
 /// steps anyway).
 pub fn crawl(ctx: &Ctx, out: &mut Vec<u8>) {
-    ctx.store.reclaim_expired(ctx.now(), CRAWL_ITEMS);
+    ctx.store().reclaim_expired(ctx.now(), CRAWL_ITEMS);
     out.extend_from_slice(b"OK\r\n");
 }
 

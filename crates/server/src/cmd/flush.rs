@@ -7,22 +7,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_engine::Tx;
+
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
 /// Flushes now (`delay` 0 or a time already past) or schedules a flush at `now + delay` (or
 /// the absolute time); returns the reply. With `-F` it is refused (and still counted, as
 /// memcached counts it).
-pub fn flush_all(ctx: &Arc<Ctx>, delay: i64, now: u32) -> &'static [u8] {
+pub fn flush_all(ctx: &Arc<Ctx>, tx: &Tx<'_>, delay: i64, now: u32) -> &'static [u8] {
     bump(&ctx.counters.cmd_flush);
     if ctx.config.disable_flush_all {
         return b"CLIENT_ERROR flush_all not allowed\r\n";
     }
-    let at = crate::absolute_exptime(delay, now);
+    let at = absolute_exptime(delay, now);
     if at == 0 || at <= now {
-        ctx.store.flush_all();
+        tx.flush_all();
     } else {
-        ctx.store.schedule_flush(at);
+        tx.schedule_flush(at);
         arm_timer(ctx, at, now);
     }
     b"OK\r\n"
@@ -35,6 +38,6 @@ pub fn arm_timer(ctx: &Arc<Ctx>, at: u32, now: u32) {
     let wait = Duration::from_secs(u64::from(at.saturating_sub(now)));
     tokio::spawn(async move {
         tokio::time::sleep(wait).await;
-        ctx.store.run_scheduled_flush(at);
+        ctx.store().run_scheduled_flush(at);
     });
 }

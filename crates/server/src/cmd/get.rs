@@ -1,13 +1,16 @@
 //! get, gets, gat, gats: `VALUE` lines for the hits, then `END`.
 
+use cairn_engine::Ack;
 use cairn_flash::Promotion;
 use cairn_proto::{encode, GetKind};
 use cairn_store::ReadOutcome;
 
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
-/// Looks up one key of a retrieval line and appends its `VALUE` block if it is a hit.
+/// Looks up one key of a retrieval line and appends its `VALUE` block if it is a hit. Returns
+/// what the reply waits for (gat and gats change the item's expiry: a write).
 pub fn one(
     ctx: &Ctx,
     kind: GetKind,
@@ -15,46 +18,51 @@ pub fn one(
     now: u32,
     key: &[u8],
     out: &mut Vec<u8>,
-) {
+) -> Ack {
     let c = &ctx.counters;
     bump(&c.cmd_get);
-    let outcome = match exptime {
+    let (outcome, ack) = match exptime {
         None => {
             // The reply is encoded under the shard lock, straight from the item's memory.
-            let outcome = ctx.store.get_with(key, now, |meta, value| {
+            let outcome = ctx.store().get_with(key, now, |meta, value| {
                 let cas = kind.with_cas().then_some(meta.cas);
                 encode::value(out, key, meta.flags, value, cas);
             });
-            return count(ctx, outcome);
+            count(ctx, outcome);
+            return Ack::NONE;
         }
         Some(exptime) => {
             bump(&c.cmd_touch);
-            let new_exp = crate::absolute_exptime(exptime, now);
-            ctx.store.entry(key, now, |e| {
-                let expired = e.was_expired();
-                if e.update_meta(|m| {
-                    m.exptime = new_exp;
-                    m.fetched = true;
-                    m.last_access = now;
-                }) {
-                    bump(&c.touch_hits);
-                    e.item().map_or(ReadOutcome::Miss, ReadOutcome::Hit)
-                } else {
-                    bump(&c.touch_misses);
-                    if expired {
-                        ReadOutcome::Expired
+            let new_exp = absolute_exptime(exptime, now);
+            ctx.engine.apply(|tx| {
+                tx.entry(key, now, |e| {
+                    let expired = e.was_expired();
+                    if e.update_meta(|m| {
+                        m.exptime = new_exp;
+                        m.fetched = true;
+                        m.last_access = now;
+                    }) {
+                        bump(&c.touch_hits);
+                        e.item().map_or(ReadOutcome::Miss, ReadOutcome::Hit)
                     } else {
-                        ReadOutcome::Miss
+                        bump(&c.touch_misses);
+                        if expired {
+                            ReadOutcome::Expired
+                        } else {
+                            ReadOutcome::Miss
+                        }
                     }
-                }
+                })
             })
         }
     };
     answer(ctx, kind, key, outcome, out);
+    ack
 }
 
 /// [`one`] with the flash tier: a plain retrieval reads flash without holding a lock (the
-/// connection awaits the device read); gat first brings the item back to RAM.
+/// connection awaits the device read); gat first brings the item back to RAM
+/// (`Engine::resolve`).
 pub async fn one_async(
     ctx: &Ctx,
     kind: GetKind,
@@ -62,25 +70,27 @@ pub async fn one_async(
     now: u32,
     key: &[u8],
     out: &mut Vec<u8>,
-) {
-    let Some(flash) = &ctx.flash else {
+) -> Ack {
+    let Some(flash) = ctx.engine.flash() else {
         return one(ctx, kind, exptime, now, key, out);
     };
     if exptime.is_some() {
-        if crate::flash::resolve_key(ctx, flash, key).await.is_err() {
+        if ctx.engine.resolve(key).await.is_err() {
             // The item's read could not be done: a miss this once, its expiry unchanged (an
             // error line would end a multi-key reply for the client).
             let c = &ctx.counters;
             bump(&c.cmd_get);
             bump(&c.cmd_touch);
             bump(&c.touch_misses);
-            return answer(ctx, kind, key, ReadOutcome::Miss, out);
+            answer(ctx, kind, key, ReadOutcome::Miss, out);
+            return Ack::NONE;
         }
         return one(ctx, kind, exptime, now, key, out);
     }
     bump(&ctx.counters.cmd_get);
-    let outcome = flash.get(&ctx.store, key, now, Promotion::IfHot).await;
+    let outcome = flash.get(ctx.store(), key, now, Promotion::IfHot).await;
     answer(ctx, kind, key, outcome, out);
+    Ack::NONE
 }
 
 /// Counts a lookup's outcome and appends its `VALUE` block if it is a hit.

@@ -17,24 +17,26 @@
 //! Quiet mode (q) hides the nominal reply only: EN for mg; HD for ms and md; HD and VA for ma.
 //! NS, EX and NF are still answered (checked against memcached 1.6.18).
 
+use cairn_engine::{compare, put, Compare, Mismatch, Put, PutMode, Tx};
 use cairn_proto::encode::{self, MetaLine};
 use cairn_proto::{MetaCmd, MetaFlags, MetaMode, MetaRequest};
 use cairn_store::{Entry, Item, ItemMeta, Store, StoreError};
 
 use super::arith;
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
 /// Dispatches one meta request.
-pub fn meta(ctx: &Ctx, req: MetaRequest, now: u32, out: &mut Vec<u8>) {
+pub fn meta(ctx: &Ctx, tx: &Tx<'_>, req: MetaRequest, now: u32, out: &mut Vec<u8>) {
     bump(&ctx.counters.cmd_meta);
     match req.cmd {
-        MetaCmd::Get => get(ctx, &req, now, out),
-        MetaCmd::Set => set(ctx, &req, now, out),
-        MetaCmd::Delete => delete(ctx, &req, now, out),
-        MetaCmd::Arith => arith_cmd(ctx, &req, now, out),
+        MetaCmd::Get => get(ctx, tx, &req, now, out),
+        MetaCmd::Set => set(ctx, tx, &req, now, out),
+        MetaCmd::Delete => delete(ctx, tx, &req, now, out),
+        MetaCmd::Arith => arith_cmd(ctx, tx, &req, now, out),
         MetaCmd::Noop => out.extend_from_slice(b"MN\r\n"),
-        MetaCmd::Debug => debug(ctx, &req, now, out),
+        MetaCmd::Debug => debug(tx, &req, now, out),
     }
 }
 
@@ -113,14 +115,16 @@ fn write_reply(req: &MetaRequest, code: Code, r: Report<'_>, now: u32, out: &mut
     return_flags(MetaLine::new(out, code.bytes()), req, r, now).end();
 }
 
-/// Checks the C flag against the live item. `Err` is the code to answer.
+/// Checks the C flag against the live item (the engine's compare, as `cas` and gRPC's).
+/// `Err` is the code to answer.
 fn compare_cas(f: &MetaFlags, current: Option<(ItemMeta, usize)>) -> Result<(), Code> {
-    match (f.compare_cas, current) {
-        (None, _) => Ok(()),
-        (Some(_), None) => Err(Code::NotFound),
-        (Some(c), Some((m, _))) if c == m.cas => Ok(()),
-        (Some(_), Some(_)) => Err(Code::Exists),
-    }
+    let Some(expected) = f.compare_cas else {
+        return Ok(());
+    };
+    compare(Compare::Cas(expected), current.as_ref().map(|(m, _)| m)).map_err(|m| match m {
+        Mismatch::Absent => Code::NotFound,
+        Mismatch::Differs(_) => Code::Exists,
+    })
 }
 
 /// What mg found.
@@ -137,11 +141,11 @@ enum Found {
     },
 }
 
-fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
+fn get(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     let c = &ctx.counters;
     let f = &req.flags;
     bump(&c.cmd_get);
-    let found = ctx.store.entry(&req.key, now, |e| {
+    let found = tx.entry(&req.key, now, |e| {
         let expired = e.was_expired();
         let mut won = false;
         let mut created = false;
@@ -151,7 +155,7 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                     return Found::Miss { expired };
                 };
                 // Autovivify: an empty placeholder; this client wins the right to fill it.
-                let exptime = crate::absolute_exptime(ttl, now);
+                let exptime = absolute_exptime(ttl, now);
                 if e.store(&[], 0, exptime, f.explicit_cas).is_err() {
                     return Found::Miss { expired };
                 }
@@ -175,7 +179,7 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
         let (before, _) = e.peek().expect("present: stored or found above");
         e.update_meta(|m| {
             if let Some(ttl) = f.new_ttl {
-                m.exptime = crate::absolute_exptime(ttl, now);
+                m.exptime = absolute_exptime(ttl, now);
                 // E: the touch is a change, so it takes the unique the client chose.
                 if let (Some(cas), false) = (f.explicit_cas, created) {
                     m.cas = cas;
@@ -246,17 +250,17 @@ fn get(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     }
 }
 
-fn set(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
+fn set(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     let c = &ctx.counters;
     let f = &req.flags;
     bump(&c.cmd_set);
     let value = req.value.as_deref().unwrap_or_default();
-    let exptime = crate::absolute_exptime(f.new_ttl.unwrap_or(0), now);
+    let exptime = absolute_exptime(f.new_ttl.unwrap_or(0), now);
     let flags = f.client_flags.unwrap_or(0);
     let mode = f.mode.unwrap_or(MetaMode::Set);
     // The code, and the stored item's meta and value length.
     type Outcome = Result<(Code, Option<(ItemMeta, usize)>), StoreError>;
-    let result: Outcome = ctx.store.entry(&req.key, now, |e| {
+    let result: Outcome = tx.entry(&req.key, now, |e| {
         let current = e.peek();
         let mut stale = false;
         if let Err(code) = compare_cas(f, current) {
@@ -273,13 +277,24 @@ fn set(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             stale = true;
         }
         let (stored, len) = match mode {
-            MetaMode::Add if current.is_some() => return Ok((Code::NotStored, None)),
-            MetaMode::Replace if current.is_none() => return Ok((Code::NotStored, None)),
+            // The engine's rule, as text set/add/replace and gRPC's: add only when absent,
+            // replace only when there, and a set refused as too large leaves no stale value.
+            MetaMode::Set | MetaMode::Add | MetaMode::Replace => {
+                let mode = match mode {
+                    MetaMode::Set => PutMode::Set,
+                    MetaMode::Add => PutMode::Add,
+                    _ => PutMode::Replace,
+                };
+                match put(e, mode, &[value], flags, exptime, f.explicit_cas)? {
+                    Put::Stored(m) => (m, value.len()),
+                    Put::NotStored => return Ok((Code::NotStored, None)),
+                }
+            }
             MetaMode::Append | MetaMode::Prepend => match e.item() {
                 // NS for a missing key, unless N creates it.
                 None => match f.vivify_ttl {
                     Some(ttl) => {
-                        let exptime = crate::absolute_exptime(ttl, now);
+                        let exptime = absolute_exptime(ttl, now);
                         (
                             e.store(&[value], flags, exptime, f.explicit_cas)?,
                             value.len(),
@@ -298,16 +313,6 @@ fn set(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 }
             },
             MetaMode::Incr | MetaMode::Decr => return Ok((Code::NotStored, None)),
-            _ => match e.store(&[value], flags, exptime, f.explicit_cas) {
-                Ok(m) => (m, value.len()),
-                Err(err) => {
-                    if err == StoreError::TooLarge && mode == MetaMode::Set {
-                        // As set: a failed set leaves no stale value behind.
-                        e.delete();
-                    }
-                    return Err(err);
-                }
-            },
         };
         if f.compare_cas.is_some() {
             bump(&c.cas_hits);
@@ -332,10 +337,10 @@ fn set(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     }
 }
 
-fn delete(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
+fn delete(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     let c = &ctx.counters;
     let f = &req.flags;
-    let code = ctx.store.entry(&req.key, now, |e| {
+    let code = tx.entry(&req.key, now, |e| {
         let current = e.peek();
         if current.is_none() {
             return Code::NotFound;
@@ -364,7 +369,7 @@ fn delete(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
                 m.cas = cas;
             }
             if let Some(ttl) = f.new_ttl {
-                m.exptime = crate::absolute_exptime(ttl, now);
+                m.exptime = absolute_exptime(ttl, now);
             }
         });
         Code::Stored
@@ -377,13 +382,13 @@ fn delete(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     write_reply(req, code, Report::default(), now, out);
 }
 
-fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
+fn arith_cmd(ctx: &Ctx, tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
     let c = &ctx.counters;
     let f = &req.flags;
     let incr = f.mode != Some(MetaMode::Decr);
     let delta = f.delta.unwrap_or(1);
     type Outcome = Result<(Code, Option<(u64, ItemMeta)>), arith::ArithError>;
-    let result: Outcome = ctx.store.entry(&req.key, now, |e: &mut Entry<'_>| {
+    let result: Outcome = tx.entry(&req.key, now, |e: &mut Entry<'_>| {
         let current = e.peek();
         if current.is_some() {
             if let Err(code) = compare_cas(f, current) {
@@ -398,12 +403,7 @@ fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
             let mut text = Vec::new();
             encode::decimal(&mut text, initial);
             let meta = e
-                .store(
-                    &[&text],
-                    0,
-                    crate::absolute_exptime(ttl, now),
-                    f.explicit_cas,
-                )
+                .store(&[&text], 0, absolute_exptime(ttl, now), f.explicit_cas)
                 .map_err(arith::ArithError::Store)?;
             return Ok((Code::Stored, Some((initial, meta))));
         };
@@ -413,7 +413,7 @@ fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
         encode::decimal(&mut text, next);
         let exptime = f
             .new_ttl
-            .map_or(item.meta.exptime, |t| crate::absolute_exptime(t, now));
+            .map_or(item.meta.exptime, |t| absolute_exptime(t, now));
         let meta = e
             .store(&[&text], item.meta.flags, exptime, f.explicit_cas)
             .map_err(arith::ArithError::Store)?;
@@ -457,8 +457,8 @@ fn arith_cmd(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
 }
 
 /// `me key`: memcached's debug line; `size` is the item's bytes in memory.
-fn debug(ctx: &Ctx, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
-    let found = ctx.store.entry(&req.key, now, |e| e.item());
+fn debug(tx: &Tx<'_>, req: &MetaRequest, now: u32, out: &mut Vec<u8>) {
+    let found = tx.entry(&req.key, now, |e| e.item());
     match found {
         None => out.extend_from_slice(b"EN\r\n"),
         Some(item) => {

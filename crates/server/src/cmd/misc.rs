@@ -2,7 +2,8 @@
 
 use cairn_proto::ShutdownMode;
 
-use super::Flow;
+use super::flow::Flow;
+use crate::version::VERSION;
 use crate::Ctx;
 
 /// `shutdown [graceful]`, allowed by `-A` as in memcached: the server stops as on SIGTERM
@@ -35,13 +36,13 @@ pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
         return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
     }
     let bytes = megabytes << 20;
-    if bytes < ctx.store.min_memory_limit() {
+    if bytes < ctx.store().min_memory_limit() {
         // Each shard keeps two segments (or two of the largest items); fewer is not kept.
         return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
     }
     // The watch history's part of the limit stays what it was at start.
     let history = ctx.config.watch_history_bytes() as u64;
-    ctx.store
+    ctx.store()
         .set_memory_limit(bytes.saturating_sub(history), now);
     b"OK\r\n"
 }
@@ -49,6 +50,6 @@ pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
 /// `VERSION <v>`.
 pub fn version(out: &mut Vec<u8>) {
     out.extend_from_slice(b"VERSION ");
-    out.extend_from_slice(crate::VERSION.as_bytes());
+    out.extend_from_slice(VERSION.as_bytes());
     out.extend_from_slice(b"\r\n");
 }

@@ -31,7 +31,7 @@ pub fn general(ctx: &Ctx, out: &mut Vec<u8>) {
 fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
     let c = &ctx.config;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
-    stat(out, "maxbytes", ctx.store.stats().limit_maxbytes);
+    stat(out, "maxbytes", ctx.store().stats().limit_maxbytes);
     stat(out, "maxconns", c.max_connections);
     stat(out, "tcpport", c.port);
     stat(out, "udpport", c.udp_port);
@@ -79,7 +79,7 @@ fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
 
 /// `stats slabs`: the store as memcached's slab class 1 (see the module doc).
 fn slabs(ctx: &Ctx, out: &mut Vec<u8>) {
-    let s = ctx.store.stats();
+    let s = ctx.store().stats();
     let ram_items = s.curr_items.saturating_sub(s.flash_items);
     let chunk_size = s.bytes.checked_div(ram_items).unwrap_or(0);
     let per_page = (SEGMENT_BYTES).checked_div(chunk_size).unwrap_or(0);
@@ -104,8 +104,8 @@ const SEGMENT_BYTES: u64 = 1 << 20;
 fn sizes(ctx: &Ctx, out: &mut Vec<u8>) {
     let mut buckets = std::collections::BTreeMap::<u64, u64>::new();
     let now = ctx.now();
-    for shard in 0..ctx.store.shard_count() {
-        ctx.store.visit_shard(shard, now, |key, value, meta| {
+    for shard in 0..ctx.store().shard_count() {
+        ctx.store().visit_shard(shard, now, |key, value, meta| {
             let size = cairn_store::Store::item_bytes(key, value, meta) as u64;
             *buckets.entry(size.div_ceil(32) * 32).or_default() += 1;
         });
@@ -135,7 +135,7 @@ pub fn stats(ctx: &Ctx, args: &[String], out: &mut Vec<u8>) {
         }
         Some("grpc") => lines(out, &crate::stats::grpc(ctx)),
         Some("items") => {
-            let s = ctx.store.stats();
+            let s = ctx.store().stats();
             let age = match s.oldest_segment_created {
                 0 => 0,
                 t => ctx.now().saturating_sub(t),

@@ -1,8 +1,10 @@
 //! set, add, replace, append, prepend, cas.
 
+use cairn_engine::{compare, put, Ack, Compare, Mismatch, Put, PutMode, Tx};
 use cairn_proto::StoreKind;
 use cairn_store::StoreError;
 
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
@@ -29,17 +31,24 @@ pub fn store_error(ctx: &Ctx, e: StoreError) -> &'static [u8] {
 
 /// A `set` refused before its value was read (larger than `-I`): the key's old value goes, as
 /// memcached unlinks it, so that a failed set never leaves stale data readable. Not done once
-/// writes are refused (the log failed).
-pub fn forget(ctx: &Ctx, key: &[u8]) {
-    if ctx.write_refusal().is_none() {
-        ctx.store.entry(key, ctx.now(), |e| e.delete());
+/// writes are refused (the log failed, or this node is a replica). Returns what the reply
+/// waits for.
+pub fn forget(ctx: &Ctx, key: &[u8]) -> Ack {
+    if ctx.engine.refusal().is_some() {
+        return Ack::NONE;
     }
+    let now = ctx.now();
+    let ((), ack) = ctx.engine.apply(|tx| {
+        tx.entry(key, now, |e| e.delete());
+    });
+    ack
 }
 
 /// Applies one storage command and returns its reply line.
 #[allow(clippy::too_many_arguments)]
 pub fn store(
     ctx: &Ctx,
+    tx: &Tx<'_>,
     kind: StoreKind,
     key: &[u8],
     flags: u32,
@@ -50,22 +59,21 @@ pub fn store(
 ) -> &'static [u8] {
     let c = &ctx.counters;
     bump(&c.cmd_set);
-    let exptime = crate::absolute_exptime(exptime, now);
-    let result = ctx.store.entry(key, now, |e| {
-        let current = e.peek();
+    let exptime = absolute_exptime(exptime, now);
+    let result = tx.entry(key, now, |e| {
         match kind {
-            StoreKind::Set => {
-                let r = e.store(&[value], flags, exptime, None);
-                if r == Err(StoreError::TooLarge) {
-                    // As memcached does: a failed set must not leave stale data behind.
-                    e.delete();
-                }
-                r.map(|_| STORED)
-            }
-            StoreKind::Add if current.is_some() => Ok(NOT_STORED),
-            StoreKind::Replace if current.is_none() => Ok(NOT_STORED),
-            StoreKind::Add | StoreKind::Replace => {
-                e.store(&[value], flags, exptime, None).map(|_| STORED)
+            // The engine's rule, gRPC's too: add only when absent, replace only when there,
+            // and a set refused as too large leaves no stale value behind.
+            StoreKind::Set | StoreKind::Add | StoreKind::Replace => {
+                let mode = match kind {
+                    StoreKind::Set => PutMode::Set,
+                    StoreKind::Add => PutMode::Add,
+                    _ => PutMode::Replace,
+                };
+                put(e, mode, &[value], flags, exptime, None).map(|p| match p {
+                    Put::Stored(_) => STORED,
+                    Put::NotStored => NOT_STORED,
+                })
             }
             StoreKind::Append | StoreKind::Prepend => match e.item() {
                 None => Ok(NOT_STORED),
@@ -79,23 +87,25 @@ pub fn store(
                         .map(|_| STORED)
                 }
             },
-            StoreKind::Cas => match current {
-                None => {
-                    bump(&c.cas_misses);
-                    Ok(NOT_FOUND)
-                }
-                Some((meta, _)) if meta.cas != cas_unique => {
-                    bump(&c.cas_badval);
-                    Ok(EXISTS)
-                }
-                Some(_) => {
-                    let r = e.store(&[value], flags, exptime, None);
-                    if r.is_ok() {
-                        bump(&c.cas_hits);
+            StoreKind::Cas => {
+                match compare(Compare::Cas(cas_unique), e.peek().as_ref().map(|(m, _)| m)) {
+                    Err(Mismatch::Absent) => {
+                        bump(&c.cas_misses);
+                        Ok(NOT_FOUND)
                     }
-                    r.map(|_| STORED)
+                    Err(Mismatch::Differs(_)) => {
+                        bump(&c.cas_badval);
+                        Ok(EXISTS)
+                    }
+                    Ok(()) => {
+                        let r = e.store(&[value], flags, exptime, None);
+                        if r.is_ok() {
+                            bump(&c.cas_hits);
+                        }
+                        r.map(|_| STORED)
+                    }
                 }
-            },
+            }
         }
     });
     result.unwrap_or_else(|e| store_error(ctx, e))

@@ -1,13 +1,16 @@
 //! touch.
 
+use cairn_engine::Tx;
+
+use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
 /// Sets a new expiry; returns `TOUCHED` or `NOT_FOUND`.
-pub fn touch(ctx: &Ctx, key: &[u8], exptime: i64, now: u32) -> &'static [u8] {
+pub fn touch(ctx: &Ctx, tx: &Tx<'_>, key: &[u8], exptime: i64, now: u32) -> &'static [u8] {
     bump(&ctx.counters.cmd_touch);
-    let exptime = crate::absolute_exptime(exptime, now);
-    let touched = ctx.store.entry(key, now, |e| {
+    let exptime = absolute_exptime(exptime, now);
+    let touched = tx.entry(key, now, |e| {
         e.update_meta(|m| {
             m.exptime = exptime;
             m.last_access = now;

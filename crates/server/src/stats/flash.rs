@@ -17,11 +17,11 @@ use crate::Ctx;
 /// `stats extstore` and the Prometheus endpoint; nothing when the tier is off. Names follow
 /// memcached's extstore where it has one.
 pub fn flash(ctx: &Ctx, r: &mut Readings) {
-    let Some(flash) = &ctx.flash else {
+    let Some(flash) = ctx.engine.flash() else {
         return;
     };
     let c = &flash.counters;
-    let s = ctx.store.stats();
+    let s = ctx.store().stats();
     r.text(
         "flash_io_engine",
         "How flash is read: io_uring, or a pread thread pool.",

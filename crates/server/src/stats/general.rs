@@ -11,15 +11,15 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::counters::COUNTERS;
 use super::flash::flash;
 use super::process::process_figures;
 use super::reading::{Kind, Reading, Readings, Value};
+use crate::meters::COUNTERS;
 use crate::Ctx;
 
 /// The general `stats` block, in memcached's order.
 pub fn general(ctx: &Ctx) -> Vec<Reading> {
-    let s = ctx.store.stats();
+    let s = ctx.store().stats();
     let process = process_figures();
     let mut r = Readings::default();
     r.text("pid", "Process id.", std::process::id().to_string());
@@ -64,7 +64,7 @@ pub fn general(ctx: &Ctx) -> Vec<Reading> {
     for (name, help, read) in COUNTERS {
         r.counter(name, help, read(&ctx.counters));
     }
-    let history = ctx.hub.as_ref().map(|h| h.stats());
+    let history = ctx.hub().map(|h| h.stats());
     let history_limit = history.map_or(0, |h| h.history_limit_bytes);
     r.gauge(
         "limit_maxbytes",

@@ -15,7 +15,7 @@ pub fn grpc(ctx: &Ctx) -> Vec<Reading> {
         "Address of the gRPC API, or off.",
         &ctx.config.grpc_listen,
     );
-    for f in ctx.grpc_stats.figures(ctx.hub.as_deref()) {
+    for f in ctx.grpc_stats.figures(ctx.hub().map(|h| &**h)) {
         if f.counter {
             r.counter(f.name, f.help, f.value);
         } else {

@@ -10,6 +10,8 @@
 //!   PersistStats (+ LogStats) ─────> persistence(ctx) ──┤             └─> metrics.rs:    cairn_metric[_total] value
 //!   GrpcStats figures ─────────────> grpc(ctx) ─────────┘
 //!   Latency (per command family) ─────────────────────────────────────> metrics.rs: histograms
+//!   Replication (crates/cluster) ──> ReplicationStats::read ──> text() (stats replication)
+//!                                                           └─> metrics.rs: cairn_replication_*
 //! ```
 //!
 //! A [`Reading`] is a name (memcached's), a kind (counter or gauge), a one-line description and
@@ -18,30 +20,31 @@
 //! (`uptime` is `cairn_uptime_seconds`).
 //!
 //! **Adding a stat:** one line in [`general()`] (or, for a counter bumped by commands, one line
-//! in the `counters!` list of `counters.rs`). A persistence figure is a field of
+//! in the `counters!` list of `meters/counters.rs`). A persistence figure is a field of
 //! `PersistStats` (the persist crate) and one line in [`persistence()`] with its names, kind and
 //! description.
 //!
 //! Modules: `reading` (the figure type), `general`, `persistence`, `flash`, `grpc` (the
-//! blocks), `counters` and `latency` (what requests bump), `per_thread` (where those live),
-//! `process` (CPU and memory from procfs).
+//! blocks), `replication` (a typed struct of its own: its role label and text lists do not fit
+//! a [`Reading`]), `process` (CPU and memory from procfs). What requests bump (counters,
+//! latency, kept per thread) is `crate::meters`, re-exported here.
 
-mod counters;
 mod flash;
 mod general;
 mod grpc;
-mod latency;
-mod per_thread;
 mod persistence;
 mod process;
 mod reading;
+mod replication;
 
-pub use counters::{add, bump, Counters, ThreadCounts, COUNTERS};
+pub use crate::meters::{
+    add, bump, Counters, Family, Latency, PerThread, ThreadCounts, CELLS, COUNTERS,
+    LATENCY_BOUNDS_S,
+};
 pub use flash::flash;
 pub use general::general;
 pub use grpc::grpc;
-pub use latency::{Family, Latency, LATENCY_BOUNDS_S};
-pub use per_thread::{PerThread, CELLS};
 pub use persistence::persistence;
 pub use process::{process_figures, ProcessFigures};
 pub use reading::{Kind, Reading, Readings, Value};
+pub use replication::{PrimaryStats, ReplicaStats, ReplicationStats, RoleStats};

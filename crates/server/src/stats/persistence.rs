@@ -22,7 +22,7 @@ use crate::Ctx;
 /// checkpoint.
 pub fn persistence(ctx: &Ctx) -> Vec<Reading> {
     let mut r = Readings::default();
-    let Some(p) = &ctx.persist else {
+    let Some(p) = ctx.persist() else {
         r.text("use_persistence", "Persistence is off.", "off");
         r.text("mode", "Persistence mode.", "off");
         return r.0;
@@ -367,7 +367,7 @@ pub fn persistence(ctx: &Ctx) -> Vec<Reading> {
             "last_checkpoint_age_seconds",
             Kind::Gauge,
             "Seconds since the last checkpoint started.",
-            Value::Int(u64::from(crate::now_unix()).saturating_sub(last_start)),
+            Value::Int(u64::from(cairn_engine::now_unix()).saturating_sub(last_start)),
         );
     }
     r.0

@@ -236,6 +236,14 @@ impl Inspector {
             .unwrap();
     }
 
+    /// Deletes `path` (which has no children), if it exists.
+    pub fn delete(&self, path: &str) {
+        match self.runtime.block_on(self.client.delete(path, None)) {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => panic!("delete {path}: {e}"),
+        }
+    }
+
     /// Polls `f` every 20 ms until it holds, for at most `limit` (then panics with `what`).
     pub fn wait_for(&self, what: &str, limit: Duration, mut f: impl FnMut(&Inspector) -> bool) {
         let deadline = Instant::now() + limit;

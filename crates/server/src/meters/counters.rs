@@ -116,7 +116,7 @@ pub fn add(c: &AtomicU64, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::per_thread::CELLS;
+    use crate::meters::per_thread::CELLS;
 
     /// Counts from many threads add up, and a reset clears every thread's cell.
     #[test]
