@@ -340,7 +340,7 @@ impl Config {
     /// The watch history's bound in bytes: its part of `-m` (0 with the gRPC API off). The
     /// history is kept from the first watch or replica on, so this is what a watched server
     /// spends on it at most: without persistence its events hold their values (a sixteenth of
-    /// `-m` by default), with it about 100 bytes an event (the command log holds the values).
+    /// `-m` by default), with it about 200 bytes an event (the command log holds the values).
     pub fn watch_history_bytes(&self) -> usize {
         if self.grpc_addr().is_none() {
             return 0;
