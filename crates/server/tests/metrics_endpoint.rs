@@ -60,9 +60,12 @@ fn replication_figures_are_exported_for_the_primary_and_the_replica() {
     }
     let mut r = replica.connect();
     let deadline = Instant::now() + Duration::from_secs(60);
+    // Caught up, and the primary has the replica's acknowledgement of it (acks follow the
+    // apply).
     while stats(&mut p, "replication")["replicas"] != "1"
         || stats(&mut r, "replication")["applied_revision"]
             != stats(&mut p, "replication")["revision"]
+        || stats(&mut p, "replication")["lag_revisions"] != "0"
     {
         assert!(Instant::now() < deadline, "the replica never caught up");
         std::thread::sleep(Duration::from_millis(20));
