@@ -7,7 +7,8 @@
 //!
 //! ```text
 //!   step's read of the ring: [e1 e2 ...] ── wanted by a watch of the stream, and not whole?
-//!     value: store.peek_with(key): mod_revision == revision ─> copy ──┐
+//!     value: store.peek_with(key): mod_revision == revision ─> the event made whole under
+//!            the shard's lock (previous item held or not wanted) ─> done, else copy ──┐
 //!                                  else ─> revisions to read ─────────┤
 //!     prev (a prev_kv watch wants it): prev_revision ─> revisions ───┤
 //!                                        read_revisions (blocking) ──┴─> Event::from_mutation
@@ -45,7 +46,16 @@ pub(crate) struct Needs {
 pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut [Arc<Event>], needs: &[Needs]) {
     let mut items: BTreeMap<Revision, Option<Item>> = BTreeMap::new();
     let mut from_log: Vec<Revision> = Vec::new();
-    for (e, n) in read.iter().zip(needs) {
+    for (e, n) in read.iter_mut().zip(needs) {
+        let prev_from_log = n.prev && e.prev.is_none() && e.prev_revision != 0;
+        if n.value && e.needs_value && !prev_from_log {
+            // The common case: the store still holds the item, made whole under its shard's
+            // lock straight from the store's bytes (no copy of the value on the way).
+            if let Some(whole) = from_store(b, e) {
+                *e = Arc::new(whole);
+                continue;
+            }
+        }
         if n.value && e.needs_value {
             let r = e.revision;
             let held = b.store.peek_with(e.key(), |meta, value| {
@@ -83,6 +93,27 @@ pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut [Arc<Event>], need
             *e = Arc::new(whole);
         }
     }
+}
+
+/// Skeleton `e` made whole from the store, if the key's item still has the event's revision
+/// (its previous item is the one the event holds, if any).
+fn from_store(b: &WatchBackend, e: &Event) -> Option<Event> {
+    let (key, revision) = (e.key(), e.revision);
+    let whole = b.store.peek_with(key, |meta, value| {
+        if meta.mod_revision != revision {
+            return None;
+        }
+        let m = Mutation::Stored {
+            key,
+            value,
+            meta: *meta,
+            prev: e.prev_held(),
+        };
+        Event::from_mutation(&m, revision)
+    })??;
+    let mut whole = whole;
+    whole.prev_revision = e.prev_revision;
+    Some(whole)
 }
 
 /// The records of `revisions` (sorted), read on a blocking thread: Stored ones as items, others
