@@ -178,7 +178,7 @@ pub struct Config {
     pub grpc_threads: usize,
     /// MiB of `-m` for the watch history in memory, kept from the first watch or replica on
     /// (older revisions are read from the command log while its segments exist); 0 = a
-    /// sixteenth of `-m`, between 1 and 64.
+    /// sixteenth of `-m`, at most 64.
     #[arg(long)]
     pub watch_history_mb: u64,
     /// How often an idle watch that asked for progress_notify gets a progress response (ms).
@@ -346,7 +346,8 @@ impl Config {
             return 0;
         }
         let bytes = match self.watch_history_mb {
-            0 => ((self.memory_limit_mb << 20) / 16).clamp(1 << 20, 64 << 20),
+            // (Below -m 16 that is under 1 MiB: a small cache keeps a small history.)
+            0 => ((self.memory_limit_mb << 20) / 16).min(64 << 20),
             mb => mb << 20,
         };
         usize::try_from(bytes).unwrap_or(usize::MAX)

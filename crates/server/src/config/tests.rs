@@ -167,6 +167,12 @@ fn grpc_settings_from_file_and_flags() {
     assert_eq!(c.store_memory_bytes(), 60 << 20, "the rest is the store's");
     let c = load_with(&path, "memory_limit_mb = 4096\n", &[]);
     assert_eq!(c.watch_history_bytes(), 64 << 20, "at most 64 MiB");
+    let c = load_with(&path, "memory_limit_mb = 2\n", &[]);
+    assert_eq!(
+        c.watch_history_bytes(),
+        128 << 10,
+        "a small cache, a small history"
+    );
     let c = load_with(&path, "grpc_listen = \"off\"\nwatch_history_mb = 8\n", &[]);
     assert_eq!(
         (c.grpc_addr(), c.watch_history_bytes()),
