@@ -16,7 +16,11 @@ W4  100K (and 1M) records of 60 B written, then a watch with initial_state until
     initial_state_done (crates/api/examples/watch_bench.rs, median of 5 rounds);
 W5  1,000 watchers on one prefix, 1K writes/s, delivery latency, the server's CPU per event
     and its RSS with one watcher that never reads (watch_bench fanout), with the watches 100
-    to a stream on 10 streams (as etcd's clients multiplex them) and one to a stream.
+    to a stream on 10 streams (as etcd's clients multiplex them) and one to a stream;
+W6  a resume of 100K events (50 B values) written under a watch that started the history:
+    from memory (persistence sync and off) and from the command log (sync with a 1 MiB
+    history, too small to hold them), time to the last event (watch_bench resume, median of
+    5 rounds), with the events read from the log (`stats grpc`).
 
 Every server is cairn from --cairn-bin with --persistence off (W5 also with sync), on free
 loopback ports. ghz: `go install github.com/bojand/ghz/cmd/ghz@v0.121.0`. Run it after
@@ -360,6 +364,24 @@ def w5(args):
                 stop(server)
 
 
+def w6(args):
+    print("\n### W6: a resume of 100K events of 50 B, 2 shared cores\n")
+    for label, extra in (("memory, persistence off", ["--persistence", "off"]),
+                         ("memory, persistence sync", ["--persistence", "sync"]),
+                         ("the command log (sync, 1 MiB history)",
+                          ["--persistence", "sync", "--watch-history-mb", "1"])):
+        server = start(args, extra)
+        try:
+            out = watch_bench(args, "resume", server[2], "w6/", 100_000, 50, 5)
+            st = stats_grpc(server[1])
+            median = out.strip().splitlines()[-1]
+            print(f"{label}: {median}; events read from the log "
+                  f"{st.get('grpc_watch_events_from_log', '0')}, values read from the log "
+                  f"{st.get('grpc_watch_values_from_log', '0')}", flush=True)
+        finally:
+            stop(server)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cairn-bin", default=os.path.join(ROOT, "target/release/cairn"))
@@ -372,9 +394,9 @@ def main():
                     help="the server's CPU cap at the cross-check's server-bound point")
     ap.add_argument("--cap-rounds", type=int, default=3,
                     help="rounds (ghz, cairn-bench alternating) at the capped point")
-    ap.add_argument("--only", default="w1,w3,w4,w5",
+    ap.add_argument("--only", default="w1,w3,w4,w5,w6",
                     help="w1 (the ghz cross-check, W1 and W2), xc (the cross-check alone), w3, "
-                         "w4, w5")
+                         "w4, w5, w6")
     args = ap.parse_args()
     only = args.only.split(",")
     if "w1" in only or "w3" in only or "xc" in only:
@@ -383,6 +405,8 @@ def main():
         w4(args)
     if "w5" in only:
         w5(args)
+    if "w6" in only:
+        w6(args)
 
 
 if __name__ == "__main__":

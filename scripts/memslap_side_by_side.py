@@ -9,10 +9,10 @@ nobody's real keys). memslap uses libmemcached itself: one thread per connection
 
 memslap's items are not the seed's: random keys of about 20-60 bytes and values of about
 250 B to 5 KB (2.6 KB an item on average as the store counts them), and its 50 threads set
-the same keys, so nearly every set overwrites. With cairn's gRPC API on
-(the default) each such set makes a watch event holding the new and the old value (about
-5 KB); compare with `LABEL=PATH --grpc-listen off` to see that share
-(docs/decisions/0019-large-watch-events-in-chunks.md).
+the same keys, so nearly every set overwrites. With cairn's gRPC API on (the default) and a
+watch open, each such set makes a watch event (with persistence off holding the new and the old
+value); with nobody watching it makes none. Compare with `LABEL=PATH --grpc-listen off` to see
+what the API costs a set (docs/PERFORMANCE.md, "Cache").
 
 For each round and server (-t 2, a free loopback port), memslap's `set` test and then its
 `get` test run; the server's utime + stime (procfs) and its own op count (`stats` cmd_get +

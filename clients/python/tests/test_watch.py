@@ -569,3 +569,42 @@ def test_history_lost_over_a_restart_without_persistence(tmp_path, mode):
     finally:
         proxy.close()
         server.stop()
+
+
+@pytest.mark.parametrize("mode", ["raise", "relist"])
+def test_a_new_history_past_the_revision_is_not_taken_for_the_old(tmp_path, mode):
+    """Without persistence a restarted server starts revisions again from 1; once it has
+    passed the watch's next revision, only the history id tells its revisions from the old
+    ones. The watch names its history when it resumes, so it is told (FutureRevision, or a
+    Resync with reason "history_lost") instead of going on with the new server's events from
+    that revision and missing the rest."""
+    server = Server(tmp_path / "data", "--persistence", "off")
+    proxy = Proxy(server.grpc)
+    try:
+        direct = Client(server.grpc, timeout=20)
+        w = Client(proxy.addr, timeout=20).watch("n/", on_compacted=mode, backoff_initial=0.01,
+                                                  backoff_max=0.2)
+        assert w.wait_created(20)
+        for i in range(3):
+            direct.set(f"n/{i}", "v")
+        assert [w.next(timeout=20).kv.key for _ in range(3)] == [b"n/%d" % i for i in range(3)]
+        proxy.block()
+        proxy.cut()
+        server.kill9()
+        server.restart()
+        direct = Client(server.grpc, timeout=20)
+        for i in range(10):  # the new history passes the watch's next revision
+            direct.set(f"n/new{i}", "v")
+        proxy.target = server.grpc
+        proxy.unblock()
+        if mode == "raise":
+            with pytest.raises(FutureRevision):
+                w.next(timeout=30)
+        else:
+            resync = w.next(timeout=30)
+            assert isinstance(resync, Resync) and resync.reason == "history_lost"
+            assert len(resync.items) == 10
+        w.close()
+    finally:
+        proxy.close()
+        server.stop()

@@ -4,6 +4,11 @@
 //!   watch_bench load ADDR PREFIX COUNT VALUE_BYTES     COUNT keys PREFIX0.. set over gRPC
 //!   watch_bench initial ADDR PREFIX ROUNDS             W4: watch with initial_state, time to
 //!                                                      initial_state_done (ms per round)
+//!   watch_bench resume ADDR PREFIX COUNT VALUE_BYTES ROUNDS
+//!                                                      a watch that starts the history, COUNT
+//!                                                      keys set, then ROUNDS watches of PREFIX
+//!                                                      from the first of them: time to the
+//!                                                      last event (ms per round)
 //!   watch_bench fanout ADDR PREFIX WATCHERS RATE SECONDS [PID] [--streams S]
 //!                [--connections C] [--decode lean|full]
 //!                                                      W5: WATCHERS watches on PREFIX, writes
@@ -137,6 +142,73 @@ async fn initial(addr: &str, prefix: &str, rounds: usize) -> Result<(), Error> {
             "round {round}: {items} items, {:.1} MB of keys and values, initial_state_done after {ms:.1} ms",
             bytes as f64 / 1e6
         );
+        times.push(ms);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "median {:.1} ms over {rounds} rounds",
+        times[times.len() / 2]
+    );
+    Ok(())
+}
+
+/// Sets `key` and returns its revision.
+async fn mark(kv: &mut KvClient<Channel>, key: String) -> Result<u64, Error> {
+    let r = kv
+        .set(pb::SetRequest {
+            key: key.into(),
+            value: "m".into(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(r.into_inner().mod_revision)
+}
+
+/// A past revision's events, again and again: the resume of a watch that fell behind.
+async fn resume(
+    addr: &str,
+    prefix: &str,
+    count: u64,
+    value_bytes: usize,
+    rounds: usize,
+) -> Result<(), Error> {
+    let ch = channel(addr).await?;
+    // The history is kept from the first watch on: this one starts it before the writes.
+    let keeper = pb::WatchCreateRequest {
+        key: format!("{prefix}~keeper").into(),
+        ..Default::default()
+    };
+    let (_keeper_tx, mut keeper_rx) = watch(ch.clone(), keeper).await?;
+    keeper_rx.message().await?.ok_or("no created response")?;
+    let mut kv = KvClient::new(ch.clone());
+    let first = mark(&mut kv, format!("{prefix}~start")).await?;
+    load(addr, prefix, count, value_bytes).await?;
+    let last = mark(&mut kv, format!("{prefix}~end")).await?;
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        let started = Instant::now();
+        let create = pb::WatchCreateRequest {
+            key: prefix.to_string().into(),
+            prefix: true,
+            start_revision: first,
+            ..Default::default()
+        };
+        let (_tx, mut stream) = watch(ch.clone(), create).await?;
+        let mut events = 0u64;
+        'read: loop {
+            let m = stream.message().await?.ok_or("the stream ended")?;
+            if m.canceled {
+                return Err(format!("canceled: {}", m.cancel_reason).into());
+            }
+            for e in &m.events {
+                events += 1;
+                if e.revision >= last {
+                    break 'read;
+                }
+            }
+        }
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        println!("round {round}: {events} events (revisions {first}..={last}) in {ms:.1} ms");
         times.push(ms);
     }
     times.sort_by(f64::total_cmp);
@@ -570,6 +642,7 @@ async fn main() -> Result<(), Error> {
     match a(0) {
         "load" => load(a(1), a(2), n(3)?, n(4)? as usize).await,
         "initial" => initial(a(1), a(2), n(3)? as usize).await,
+        "resume" => resume(a(1), a(2), n(3)?, n(4)? as usize, n(5)? as usize).await,
         "fanout" => {
             // Positional: ADDR PREFIX WATCHERS RATE SECONDS [PID]; then the layout's flags.
             let (mut pid, mut streams, mut connections, mut decode) =
@@ -599,6 +672,8 @@ async fn main() -> Result<(), Error> {
             };
             fanout(a(1), a(2), watchers, n(4)?, n(5)?, pid, layout).await
         }
-        _ => Err("usage: watch_bench load|initial|fanout ADDR PREFIX ... (see the source)".into()),
+        _ => Err(
+            "usage: watch_bench load|initial|resume|fanout ADDR PREFIX ... (see the source)".into(),
+        ),
     }
 }

@@ -10,9 +10,8 @@
 //!   response with events         next = max(next, header.revision + 1)
 //!   progress notification        next = max(next, header.revision + 1)
 //!   created, watch "from now"    next = header.revision + 1
-//!   created, from a revision     ignored: the server's created header is its newest revision,
-//!                                not what it has sent (clients/python/README.md, "Server
-//!                                contract notes")
+//!   created, from a revision     ignored: its header is start_revision - 1, nothing sent yet
+//!                                (watch.proto)
 //!   initial_state_done at R      a Resync of the items received, next = R + 1; a disconnect
 //!                                before it starts the state again
 //!   canceled{compact_revision}   --relist: create{initial_state} again (a Resync "compacted");

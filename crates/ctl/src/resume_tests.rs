@@ -12,7 +12,10 @@ fn template() -> pb::WatchCreateRequest {
 }
 
 fn header(revision: u64) -> Option<pb::ResponseHeader> {
-    Some(pb::ResponseHeader { revision })
+    Some(pb::ResponseHeader {
+        revision,
+        history_id: 0,
+    })
 }
 
 fn created(revision: u64) -> pb::WatchResponse {

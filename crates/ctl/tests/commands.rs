@@ -306,6 +306,17 @@ fn watch_shows_each_event_once_with_its_state_and_previous_items() {
         a
     };
     let mut state = Streaming::start(&args(&["watch", "w/", "--initial-state"]));
+    let first = state.until(Duration::from_secs(20), |l| l.starts_with("RESYNC "));
+    assert!(first.ends_with(" initial 1"), "{first}");
+    assert!(state
+        .until(Duration::from_secs(20), |_| true)
+        .ends_with(" ITEM w/a 1"));
+    // The server keeps its watch history from its first watch on (the one above): previous
+    // items are there for the events after it, here from the overwrite of w/a on.
+    ok(&s, &["set", "w/a", "2"]);
+    let put = state.until(Duration::from_secs(20), |_| true);
+    let (revision, shape) = put.split_once(' ').unwrap();
+    assert_eq!(shape, "PUT w/a 2", "{put}");
     let mut prev = Streaming::start(&args(&[
         "-o",
         "json",
@@ -313,28 +324,17 @@ fn watch_shows_each_event_once_with_its_state_and_previous_items() {
         "w/",
         "--prev-kv",
         "--from-revision",
-        "1",
+        revision,
     ]));
-    let first = state.until(Duration::from_secs(20), |l| l.starts_with("RESYNC "));
-    assert!(first.ends_with(" initial 1"), "{first}");
-    assert!(state
-        .until(Duration::from_secs(20), |_| true)
-        .ends_with(" ITEM w/a 1"));
-    prev.until(Duration::from_secs(20), |l| l.contains("\"w/a\""));
-    ok(&s, &["set", "w/a", "2"]);
     ok(&s, &["delete", "w/a"]);
     s.request("set other 0 0 1\r\nx\r\n", "\r\n");
     s.request("flush_all\r\n", "OK\r\n");
-    let lines = state.take(3, Duration::from_secs(20));
+    let lines = state.take(2, Duration::from_secs(20));
     let shape: Vec<String> = lines
         .iter()
         .map(|l| l.split_once(' ').unwrap().1.to_string())
         .collect();
-    assert_eq!(
-        shape,
-        ["PUT w/a 2", "DELETE w/a client", "FLUSH"],
-        "{lines:?}"
-    );
+    assert_eq!(shape, ["DELETE w/a client", "FLUSH"], "{lines:?}");
     let events: Vec<Value> = prev
         .take(3, Duration::from_secs(20))
         .iter()

@@ -55,6 +55,7 @@ impl KvService {
 fn header(b: &Backend) -> Option<pb::ResponseHeader> {
     Some(pb::ResponseHeader {
         revision: b.hub.published(),
+        history_id: b.hub.history_id(),
     })
 }
 

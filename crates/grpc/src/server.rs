@@ -145,7 +145,11 @@ pub async fn prepare(backend: Arc<Backend>) -> Result<Prepared, String> {
     let kv = pb::kv_server::KvServer::new(kv::KvService::new(Arc::clone(&backend)))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let watch = watch::WatchServer::new(watch::WatchService::new(Arc::clone(&backend)), max);
+    let watch = watch::WatchServer::new(
+        watch::WatchService::new(Arc::clone(&backend)),
+        max,
+        backend.engine.store().config().item_size_max_bytes,
+    );
     let replication = pb::replication_server::ReplicationServer::new(
         replication::ReplicationService::new(Arc::clone(&backend)),
     );

@@ -239,6 +239,12 @@ impl GrpcStats {
             "Events read back from the command log for watchers behind the in-memory history.",
             load(&w.watch_events_from_log),
         ));
+        out.push(Figure::counter(
+            "grpc_watch_values_from_log",
+            "Records read from the command log to complete events of the in-memory history \
+             (values of items changed since, previous items).",
+            load(&w.watch_values_from_log),
+        ));
         if let Some(hub) = hub {
             let h = hub.stats();
             out.push(Figure::gauge(
@@ -247,8 +253,13 @@ impl GrpcStats {
                 h.published_revision,
             ));
             out.push(Figure::gauge(
+                "watch_history_active",
+                "1 once the watch history is kept (from the first watch on), else 0.",
+                h.history_active.into(),
+            ));
+            out.push(Figure::gauge(
                 "watch_history_first_revision",
-                "The oldest revision the in-memory watch history answers for.",
+                "The oldest revision the in-memory watch history answers for (0 before it starts).",
                 h.history_first_revision,
             ));
             out.push(Figure::gauge(

@@ -55,7 +55,8 @@ impl WatchService {
 /// from the bytes the hub made for each event once (cairn-watch's wire module).
 pub(crate) enum Outgoing {
     Message(Box<pb::WatchResponse>),
-    Events(EventBatch),
+    /// Events, and the history id for their header.
+    Events(EventBatch, u64),
 }
 
 /// Encodes [`Outgoing`] as `cairn.v1.WatchResponse`: the same bytes prost writes for the
@@ -75,8 +76,8 @@ impl tonic::codec::Encoder for OutgoingEncoder {
         match item {
             Outgoing::Message(m) => prost::Message::encode(&*m, buf)
                 .map_err(|e| Status::internal(format!("encoding a watch response: {e}"))),
-            Outgoing::Events(events) => {
-                events.encode(buf);
+            Outgoing::Events(events, history_id) => {
+                events.encode(buf, history_id);
                 Ok(())
             }
         }
@@ -121,9 +122,10 @@ impl WatchService {
     fn open(&self, req: Request<Streaming<pb::WatchRequest>>) -> WatchStream {
         let requests = req.into_inner().map(read_request);
         let s = self.streams.open(requests);
-        let stream = futures_util::stream::unfold(s, |mut s| async move {
+        let history_id = self.streams.history_id();
+        let stream = futures_util::stream::unfold(s, move |mut s| async move {
             let r = s.next().await?;
-            Some((r.map(outgoing), s))
+            Some((r.map(|u| outgoing(u, history_id)), s))
         });
         Box::pin(stream)
     }
@@ -141,11 +143,15 @@ pub struct WatchServer {
 }
 
 impl WatchServer {
-    pub fn new(inner: WatchService, max_message_bytes: usize) -> WatchServer {
+    /// Requests up to `max_message_bytes`; responses up to that plus `item_size_max`: a
+    /// response holds one event when the event alone is past cairn-watch's 1 MiB bound, and
+    /// one event with `prev_kv` carries two items, each up to the item size limit (a response
+    /// past the encoding limit fails the stream, and every resume at that revision with it).
+    pub fn new(inner: WatchService, max_message_bytes: usize, item_size_max: usize) -> WatchServer {
         WatchServer {
             inner: Arc::new(inner),
             max_decoding_message_size: Some(max_message_bytes),
-            max_encoding_message_size: Some(max_message_bytes),
+            max_encoding_message_size: Some(max_message_bytes + item_size_max),
         }
     }
 }
@@ -215,6 +221,7 @@ fn read_request(msg: Result<pb::WatchRequest, Status>) -> Result<Command, Status
             progress_notify: c.progress_notify,
             initial_state: c.initial_state,
             start_revision: c.start_revision,
+            history_id: c.history_id,
         })),
         Some(RequestUnion::CancelRequest(c)) => Ok(Command::Cancel(c.watch_id)),
         Some(RequestUnion::ProgressRequest(_)) => Ok(Command::Progress),
@@ -258,10 +265,16 @@ fn filters(filters: &[i32]) -> Result<Filters, String> {
     Ok(w)
 }
 
-/// A stream's update as it goes on the wire.
-fn outgoing(u: Update) -> Outgoing {
+/// A stream's update as it goes on the wire; `history_id` goes in its header.
+fn outgoing(u: Update, history_id: u64) -> Outgoing {
+    let response = |watch_id, revision| response(watch_id, revision, history_id);
+    let canceled = |watch_id, revision, reason| pb::WatchResponse {
+        canceled: true,
+        cancel_reason: reason,
+        ..response(watch_id, revision)
+    };
     let m = match u {
-        Update::Events(events) => return Outgoing::Events(events),
+        Update::Events(events) => return Outgoing::Events(events, history_id),
         Update::Created { watch_id, revision } => pb::WatchResponse {
             created: true,
             ..response(watch_id, revision)
@@ -297,19 +310,14 @@ fn outgoing(u: Update) -> Outgoing {
     Outgoing::Message(Box::new(m))
 }
 
-fn response(watch_id: i64, revision: Revision) -> pb::WatchResponse {
+fn response(watch_id: i64, revision: Revision, history_id: u64) -> pb::WatchResponse {
     pb::WatchResponse {
-        header: Some(pb::ResponseHeader { revision }),
+        header: Some(pb::ResponseHeader {
+            revision,
+            history_id,
+        }),
         watch_id,
         ..Default::default()
-    }
-}
-
-fn canceled(watch_id: i64, revision: Revision, reason: String) -> pb::WatchResponse {
-    pb::WatchResponse {
-        canceled: true,
-        cancel_reason: reason,
-        ..response(watch_id, revision)
     }
 }
 

@@ -979,3 +979,57 @@ fn a_snapshot_whose_name_and_header_disagree_is_refused() {
     w.finish(0).unwrap();
     assert_eq!(snapshot::load(&fs, &right, 1, |_| {}).unwrap().lsn, 7);
 }
+
+/// The watch's reads of old records: a range in order from any revision, bounded by count
+/// and bytes; chosen revisions, nearby ones in one run; and what a checkpoint dropped is
+/// reported (Compacted) or skipped.
+#[test]
+fn history_reads_give_records_by_revision_and_report_what_checkpoints_dropped() {
+    let fs = FaultyFs::new();
+    let mut model = Model::new();
+    let p = open(&fs).unwrap();
+    workload(&p, &mut model, 1);
+    p.sync().unwrap();
+    let last = p.appended_lsn();
+    let key_of = |rec: &record::Record<'_>| match rec {
+        record::Record::Stored { key, .. } | record::Record::Deleted { key, .. } => key.to_vec(),
+        _ => Vec::new(),
+    };
+    let mut all = Vec::new();
+    let next = p
+        .read_history(1, last, usize::MAX, usize::MAX, |lsn, rec| {
+            all.push((lsn, key_of(&rec)))
+        })
+        .unwrap();
+    assert_eq!(next, last + 1);
+    assert_eq!(all.len() as u64, last);
+    let mut some = Vec::new();
+    let next = p
+        .read_history(100, last, 10, usize::MAX, |lsn, _| some.push(lsn))
+        .unwrap();
+    assert_eq!((some, next), ((100..110).collect::<Vec<_>>(), 110));
+    let wanted = [3, 4, 90, 91, 200, last];
+    let mut got = Vec::new();
+    p.read_revisions(&wanted, |lsn, rec| got.push((lsn, key_of(&rec))))
+        .unwrap();
+    let expected: Vec<_> = wanted
+        .iter()
+        .map(|&w| all[(w - 1) as usize].clone())
+        .collect();
+    assert_eq!(got, expected);
+    // Two checkpoints drop the log before the first one's snapshot.
+    p.checkpoint().unwrap();
+    workload(&p, &mut model, 2);
+    p.checkpoint().unwrap();
+    let first = p.first_lsn();
+    assert!(first > 1);
+    let r = p.read_history(1, p.appended_lsn(), usize::MAX, usize::MAX, |_, _| {});
+    assert!(
+        matches!(r, Err(HistoryError::Compacted { first: f }) if f == first),
+        "{r:?}"
+    );
+    let mut got = Vec::new();
+    p.read_revisions(&[1, 2, first, first + 1], |lsn, _| got.push(lsn))
+        .unwrap();
+    assert_eq!(got, vec![first, first + 1], "what was dropped is skipped");
+}

@@ -77,7 +77,8 @@ impl Ctx {
             None => None,
         };
         let store_config = cairn_store::StoreConfig {
-            memory_limit_bytes: config.memory_limit_mb << 20,
+            // -m less the watch history's part (docs/CONFIGURATION.md, watch_history_mb).
+            memory_limit_bytes: config.store_memory_bytes(),
             evict_when_full: !config.disable_evictions,
             item_size_max_bytes: config.item_size_max,
             shard_count: shard_count(config.memory_limit_mb),

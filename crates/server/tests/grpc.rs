@@ -480,19 +480,20 @@ async fn a_watcher_that_never_reads_is_bounded_and_canceled_and_others_keep_up()
         "--persistence",
         "off",
         "-m",
-        "16",
+        "64",
         "--watch-history-mb",
-        "32",
+        "16",
     ]);
     let create = || pb::WatchCreateRequest {
         key: "s/".into(),
         prefix: true,
         ..Default::default()
     };
-    // Fill the store (16 MiB) and the history (32 MiB: an overwrite's event holds the new
-    // and the previous value, an eviction's the value) first, so that what grows after is
-    // what the watchers hold.
-    let mut c = write_round(server.connect(), 0, 10_000).await;
+    // Fill the store (48 MiB) and the history (16 MiB of -m, kept from the first watch on:
+    // an overwrite's event holds the new and the previous value, an eviction's the value)
+    // first, so that what grows after is what the watchers hold.
+    let _starts_the_history = Watch::open(channel(&server).await, create()).await;
+    let mut c = write_round(server.connect(), 0, 15_000).await;
     // The stalled watcher has a connection of its own and never reads after `created`.
     let mut stalled = Watch::open(channel(&server).await, create()).await;
     let mut reader = Watch::open(channel(&server).await, create()).await;

@@ -81,6 +81,21 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The item of `key` in RAM, seen under the shard lock without a trace: it is not marked
+    /// fetched, its last access stays, and an expired one is neither removed nor reported.
+    /// None when RAM holds no item of the key. The watch reads an event's value this way
+    /// (the item still holds it while its `mod_revision` is the event's).
+    pub fn peek_with<R>(&self, key: &[u8], f: impl FnOnce(&ItemMeta, &[u8]) -> R) -> Option<R> {
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
+        let loc = shard.find(hash, key)?;
+        let h = shard.header(loc);
+        let seg = shard.seg(loc.slot);
+        Some(f(&meta_of(&h, seg, loc.offset as usize), seg.value(&h)))
+    }
+}
+
 /// Result of [`Store::lookup`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {

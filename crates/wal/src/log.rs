@@ -19,6 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{poisoned, WalError};
 use crate::format;
 use crate::fs::{self, FileSystem, FolderLock};
+use crate::index::Index;
 use crate::marks::{Listener, Lsn};
 use crate::options::{Durability, LogOptions};
 use crate::pending::MAX_CHUNK_BYTES;
@@ -140,8 +141,16 @@ impl Log {
             truncating: Mutex::new(()),
             backpressure_waits: AtomicU64::new(0),
             writer: Mutex::new(None),
+            index: Mutex::new(Index::default()),
         });
-        let mut tail = shared.open_tail(tail_path, tail_end, tail_version)?;
+        let tail_first = shared
+            .state
+            .lock()
+            .segments
+            .last()
+            .expect("the tail is a segment")
+            .0;
+        let mut tail = shared.open_tail(tail_path, tail_first, tail_end, tail_version)?;
         shared.state.lock().next_offset = tail.offset;
         // Recovery read the tail's records, and they count as durable from here on; after a
         // kill -9 between a write and its fdatasync they may still be only in the page cache
@@ -329,6 +338,36 @@ impl Log {
             upto,
             f,
         )
+    }
+
+    /// Calls `f` for every record with `from <= LSN <= upto` that was handed to the kernel (at
+    /// most the written mark: in sync mode the durable one), in order, until `f` returns false.
+    /// A segment's read starts at the sparse index's last point at or before `from`
+    /// (`crate::index`), so a record anywhere in a segment costs a read of at most
+    /// the index's stride (32 KiB) before it. A `from` older than the first segment
+    /// gives the first segment's records (the caller sees the LSN it did not ask for).
+    /// A [`Log::truncate_before`] must not run meanwhile (the caller's lock).
+    pub fn read_range<E: From<WalError>>(
+        &self,
+        from: Lsn,
+        upto: Lsn,
+        f: impl FnMut(Lsn, &[u8]) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        let upto = upto.min(self.written_lsn());
+        if from > upto {
+            return Ok(());
+        }
+        self.shared.read_range(from, upto, f)
+    }
+
+    /// The LSN of the oldest record the log holds (its first segment's first).
+    pub fn first_lsn(&self) -> Lsn {
+        self.shared.state.lock().segments.first().map_or(1, |s| s.0)
+    }
+
+    /// Points in the sparse LSN -> offset index (`crate::index`), over every segment.
+    pub fn index_points(&self) -> usize {
+        self.shared.index.lock().points()
     }
 
     /// Deletes whole segments whose records all have LSN < `lsn` (never the newest segment),

@@ -53,8 +53,13 @@ impl Shared {
             version: format::VERSION,
         }
         .encode();
-        let mut tail =
-            self.open_tail_with(path, format::HEADER_LEN as u64, &header, format::VERSION)?;
+        let mut tail = self.open_tail_with(
+            path,
+            first,
+            format::HEADER_LEN as u64,
+            &header,
+            format::VERSION,
+        )?;
         if tail.direct.is_none() {
             tail.file
                 .write_at(0, &header)
@@ -72,6 +77,7 @@ impl Shared {
     pub(crate) fn open_tail(
         &self,
         path: PathBuf,
+        first_lsn: Lsn,
         offset: u64,
         version: u32,
     ) -> Result<Tail, WalError> {
@@ -88,7 +94,7 @@ impl Shared {
                 "recovery found records up to the tail offset"
             );
         }
-        self.open_tail_with(path, offset, &kept, version)
+        self.open_tail_with(path, first_lsn, offset, &kept, version)
     }
 
     /// Opens `path` as the tail, appending at `offset`; `kept` holds the file's bytes from
@@ -97,6 +103,7 @@ impl Shared {
     fn open_tail_with(
         &self,
         path: PathBuf,
+        first_lsn: Lsn,
         offset: u64,
         kept: &[u8],
         version: u32,
@@ -123,6 +130,7 @@ impl Shared {
             direct,
             spare_requested: false,
             version,
+            first_lsn,
         })
     }
 
@@ -198,7 +206,11 @@ impl Shared {
             while n + 1 < st.segments.len() && st.segments[n + 1].0 <= lsn {
                 n += 1;
             }
-            st.segments.drain(..n).map(|(_, p)| p).collect()
+            let doomed = st.segments.drain(..n).map(|(_, p)| p).collect();
+            if let Some(&(first, _)) = st.segments.first() {
+                self.index.lock().drop_before(first);
+            }
+            doomed
         };
         // Renamed to a spare name, a segment leaves the log as surely as when it is removed:
         // recovery removes spares.

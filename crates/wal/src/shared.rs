@@ -69,6 +69,9 @@ pub(crate) struct Shared {
     /// The tail and whoever writes it: the syncer, or a helper in async mode (see
     /// [`crate::Log::write_ready`]). Set at open. Taken before `state`, never after.
     pub(crate) writer: Mutex<Option<Writer>>,
+    /// Where records are in their segments, sparsely (`crate::index`): noted by the writer
+    /// after each write, read by [`crate::Log::read_range`]. Taken alone, briefly.
+    pub(crate) index: Mutex<crate::index::Index>,
 }
 
 /// What the one writer owns (under `Shared::writer`): the tail segment. The syncer holds it

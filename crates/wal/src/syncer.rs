@@ -437,6 +437,9 @@ impl Shared {
                 self.write_marked(tail, &parts, records, durable)?
             }
         };
+        self.index
+            .lock()
+            .note_batch(tail.first_lsn, tail.offset, batch);
         tail.offset += records as u64;
         if std::mem::take(&mut tail.dir_sync_due) {
             self.fs

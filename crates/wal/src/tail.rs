@@ -32,6 +32,9 @@ pub(crate) struct Tail {
     pub spare_requested: bool,
     /// Format version of the segment: from 2 on, the first record of each write is flagged.
     pub version: u32,
+    /// The segment's first LSN (its name): the key of its points in the sparse index
+    /// (`crate::index`).
+    pub first_lsn: crate::marks::Lsn,
 }
 
 /// The aligned staging buffer of O_DIRECT writes: O_DIRECT needs 4 KiB-aligned memory, file

@@ -43,4 +43,7 @@ pub struct CreateWatch {
     pub initial_state: bool,
     /// The first revision to send (0: the next one); ignored with `initial_state`.
     pub start_revision: Revision,
+    /// The history `start_revision` belongs to (0: any): another one than the hub's cancels
+    /// the watch, compacted (watch.proto).
+    pub history_id: u64,
 }

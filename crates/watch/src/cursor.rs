@@ -66,11 +66,12 @@ impl EventBatch {
         self.events.len() == 0
     }
 
-    /// Writes the response as `cairn.v1.WatchResponse`: the same bytes prost writes for the
-    /// message the events make (crate::wire; the tests compare them).
-    pub fn encode(&self, buf: &mut impl BufMut) {
+    /// Writes the response as `cairn.v1.WatchResponse`, `history_id` in its header: the same
+    /// bytes prost writes for the message the events make (crate::wire; the tests compare
+    /// them).
+    pub fn encode(&self, buf: &mut impl BufMut, history_id: u64) {
         let parts = self.events.iter().map(|e| e.wire_parts(self.prev_kv));
-        wire::put_events_response(buf, self.watch_id, self.revision, parts);
+        wire::put_events_response(buf, self.watch_id, self.revision, history_id, parts);
     }
 }
 
@@ -115,9 +116,22 @@ pub(crate) struct Watcher {
     pub(crate) initial: Option<(Revision, Arc<AtomicBool>)>,
     /// Something was sent since the last progress tick.
     pub(crate) sent_since_tick: bool,
+    /// The event at this revision could not be made whole (its record is gone): the stream
+    /// cancels the watch, compacted (crate::resolve).
+    pub(crate) missing: Option<Revision>,
 }
 
 impl Watcher {
+    /// header.revision for this watch: every event of it up to this revision was sent (0
+    /// while its initial state is under way: nothing can be resumed from before its end).
+    pub(crate) fn sent_upto(&self) -> Revision {
+        if self.initial.is_some() {
+            0
+        } else {
+            self.cursor - 1
+        }
+    }
+
     /// Live (past its initial state) with events published at or after its cursor.
     pub(crate) fn ready(&self, published: Revision) -> bool {
         self.initial.is_none() && self.cursor <= published
@@ -127,6 +141,14 @@ impl Watcher {
     /// the cursor, read up to revision `next` exclusive): the matching events, at most a
     /// response's worth; the cursor moves past what was looked at. None when nothing matched.
     /// `picked` is scratch space.
+    ///
+    /// A response's worth: at most [`MAX_EVENTS_PER_RESPONSE`] events, and an event joins a
+    /// response only if the response stays within [`MAX_BYTES_PER_RESPONSE`] with it, unless
+    /// it is the response's first (an event larger than the bound goes alone: a value and its
+    /// previous item, each up to the item size limit). Before, the bound was checked before
+    /// the event was added, and a large event with its previous item after a megabyte of
+    /// small ones made a response past the server's own message limit: that watch failed
+    /// there on every resume.
     pub(crate) fn take(
         &mut self,
         id: i64,
@@ -142,11 +164,20 @@ impl Watcher {
             if !self.wants(e) {
                 continue;
             }
-            if picked.len() == MAX_EVENTS_PER_RESPONSE || bytes > MAX_BYTES_PER_RESPONSE {
+            if e.needs(self.prev_kv) {
+                // Not made whole: its record is gone (crate::resolve). Stop before it.
+                self.missing = Some(e.revision);
                 cursor = e.revision;
                 break;
             }
-            bytes += e.size_bytes();
+            let len = e.response_len(self.prev_kv);
+            if !picked.is_empty()
+                && (picked.len() == MAX_EVENTS_PER_RESPONSE || bytes + len > MAX_BYTES_PER_RESPONSE)
+            {
+                cursor = e.revision;
+                break;
+            }
+            bytes += len;
             picked.push(i as u32);
         }
         self.cursor = cursor;
@@ -168,7 +199,7 @@ impl Watcher {
         })
     }
 
-    fn wants(&self, e: &Event) -> bool {
+    pub(crate) fn wants(&self, e: &Event) -> bool {
         match e.kind {
             EventKind::Put => !self.no_put && self.range.matches(e.key()),
             EventKind::Delete(_) => !self.no_delete && self.range.matches(e.key()),
@@ -220,6 +251,7 @@ mod tests {
             cursor: 1,
             initial: None,
             sent_since_tick: false,
+            missing: None,
         };
         let mut scratch = Vec::new();
         let taken = |w: &mut Watcher, start, scratch: &mut Vec<u32>| {

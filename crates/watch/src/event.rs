@@ -6,6 +6,9 @@
 //!       └──> wire = [ type, kv ][ prev_kv ][ reason, revision ]   (crate::wire, one buffer:
 //!            key, value, prev value = Spans of it                  crate::event_bytes)
 //!       └──> a response copies wire_parts(prev_kv), never re-encodes
+//!   with persistence, the hub keeps a skeleton (Shape::Skeleton): the key and the revision,
+//!       no value: wire = [ type, kv{key, mod_revision} ][ ][ reason, revision ], and the
+//!       previous item's revision ──> made whole before it is sent (crate::resolve)
 //! ```
 //!
 //! Non-goals: where events are kept (crate::history) and reused (crate::spare).
@@ -70,6 +73,33 @@ pub struct ItemState {
     pub mod_revision: Revision,
 }
 
+/// What an event holds: everything, or (with persistence, in the hub's history) only what
+/// names its item, whose value is still in the store or in the command log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The item and the previous item, values included.
+    Full,
+    /// The key and the revision; the previous item only when `keep_prev` (its record is
+    /// older than the command log: nothing else would have it), else its revision.
+    Skeleton { keep_prev: bool },
+}
+
+impl ItemState {
+    /// The item's metadata as the store writes it (`revision`: its mod_revision).
+    pub(crate) fn meta(&self, revision: Revision) -> ItemMeta {
+        ItemMeta {
+            flags: self.flags,
+            exptime: self.exptime,
+            cas: self.cas,
+            last_access: 0,
+            fetched: false,
+            stale: self.stale,
+            win_sent: false,
+            mod_revision: revision,
+        }
+    }
+}
+
 /// One published mutation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
@@ -79,9 +109,17 @@ pub struct Event {
     pub kind: EventKind,
     /// The new item of a Put.
     pub item: Option<ItemState>,
-    /// The item before the mutation, if there was one (None for events read from the log,
-    /// which does not keep it).
+    /// The item before the mutation, if there was one and the event holds it (None for
+    /// events read from the log, which does not keep it, and for a skeleton's).
     pub prev: Option<ItemState>,
+    /// The revision of the item before the mutation (0: there was none). A skeleton names
+    /// its previous item by it: the item's record in the command log.
+    pub prev_revision: Revision,
+    /// A Put whose item (value, flags, expiry, CAS) is not in `wire`: a skeleton's. The
+    /// store still holds it while the key's item has this revision; the command log else.
+    pub(crate) needs_value: bool,
+    /// The new item's value length (0 but for a Put), a skeleton's too.
+    pub value_len: u32,
     /// The event as a `cairn.v1.Event` on the wire, made once here and copied into the
     /// response of every watch that sends it (crate::wire). The key and the values are
     /// stretches of it, so it is the event's only buffer.
@@ -124,7 +162,7 @@ impl Event {
     /// Builds the event of a store mutation; None for a mutation that is no event (a
     /// scheduled flush: its effect comes later as a Flush).
     pub fn from_mutation(m: &Mutation<'_>, revision: Revision) -> Option<Event> {
-        Event::from_mutation_in(m, revision, Box::default())
+        Event::from_mutation_in(m, revision, Box::default(), Shape::Full)
     }
 
     /// [`Event::from_mutation`], encoded into `reuse` when it has the length (an old event's
@@ -133,35 +171,69 @@ impl Event {
         m: &Mutation<'_>,
         revision: Revision,
         reuse: Box<[u8]>,
+        shape: Shape,
     ) -> Option<Event> {
         use pb::event::{DeleteReason as R, EventType as T};
-        Some(match m {
+        let keep_prev = match shape {
+            Shape::Full => true,
+            Shape::Skeleton { keep_prev } => keep_prev,
+        };
+        let skeleton = shape != Shape::Full;
+        fn prev_of<'a>(
+            prev: &Option<PrevItem<'a>>,
+            keep: bool,
+        ) -> (Revision, Option<PrevItem<'a>>) {
+            match prev {
+                Some(p) => (p.meta.mod_revision, keep.then_some(*p)),
+                None => (0, None),
+            }
+        }
+        let event = match m {
             Mutation::Stored {
                 key,
                 value,
                 meta,
                 prev,
             } => {
+                let (prev_revision, prev) = prev_of(prev, keep_prev);
+                let kv = if skeleton {
+                    KeyValueFields {
+                        key,
+                        value: &[],
+                        flags: 0,
+                        expires_at: 0,
+                        cas: 0,
+                        mod_revision: revision,
+                        stale: false,
+                    }
+                } else {
+                    kv_fields(key, value, meta, revision)
+                };
                 let fields = EventFields {
                     kind: T::Put as i32,
-                    kv: Some(kv_fields(key, value, meta, revision)),
+                    kv: Some(kv),
                     prev_kv: prev
                         .as_ref()
                         .map(|p| kv_fields(key, p.value, &p.meta, p.meta.mod_revision)),
                     reason: R::None as i32,
                     revision,
                 };
-                Event::build(
+                let mut e = Event::build(
                     revision,
                     EventKind::Put,
                     &fields,
                     key.len(),
-                    Some((value.len(), meta)),
+                    (!skeleton).then_some((value.len(), meta)),
                     prev.as_ref(),
                     reuse,
-                )
+                );
+                e.prev_revision = prev_revision;
+                e.needs_value = skeleton;
+                e.value_len = value.len() as u32;
+                e
             }
             Mutation::Deleted { key, reason, prev } => {
+                let (prev_revision, prev) = prev_of(prev, keep_prev);
                 let r = match reason {
                     DeleteReason::Client => R::Client,
                     DeleteReason::Expired => R::Expired,
@@ -185,7 +257,7 @@ impl Event {
                     revision,
                 };
                 let kind = EventKind::Delete(*reason);
-                Event::build(
+                let mut e = Event::build(
                     revision,
                     kind,
                     &fields,
@@ -193,11 +265,14 @@ impl Event {
                     None,
                     prev.as_ref(),
                     reuse,
-                )
+                );
+                e.prev_revision = prev_revision;
+                e
             }
             Mutation::Flushed => Event::flush(revision, reuse),
             Mutation::FlushScheduled { .. } => return None,
-        })
+        };
+        Some(event)
     }
 
     /// Encodes `fields` and makes the event around the bytes: key, new item (`item`: its
@@ -229,6 +304,9 @@ impl Event {
             prev_at: w.prev_at as u32,
             tail_at: w.tail_at as u32,
             wire,
+            prev_revision: 0,
+            needs_value: false,
+            value_len: 0,
         }
     }
 
@@ -263,6 +341,29 @@ impl Event {
     /// None for a record that is no event. The log keeps no previous items.
     pub fn from_record(rec: &Record<'_>, lsn: Revision) -> Option<Event> {
         Event::from_mutation(&rec.to_mutation(lsn), lsn)
+    }
+
+    /// The previous item the event holds, as the store gives one.
+    pub(crate) fn prev_held(&self) -> Option<PrevItem<'_>> {
+        let p = self.prev.as_ref()?;
+        Some(PrevItem {
+            value: p.value.of(&self.wire),
+            meta: p.meta(p.mod_revision),
+        })
+    }
+
+    /// Whether the event must be made whole before a watch can send it
+    /// ([`crate::resolve`]): a skeleton's value, or (for a watch with `prev_kv`) its
+    /// previous item.
+    pub(crate) fn needs(&self, prev_kv: bool) -> bool {
+        self.needs_value || (prev_kv && self.prev.is_none() && self.prev_revision != 0)
+    }
+
+    /// Bytes this event adds to a response: its field key, its length and its parts.
+    pub(crate) fn response_len(&self, prev_kv: bool) -> usize {
+        let [a, b] = self.wire_parts(prev_kv);
+        let len = a.len() + b.len();
+        1 + prost::encoding::encoded_len_varint(len as u64) + len
     }
 
     /// The encoded parts of this event a response carries ([`crate::wire::event_parts`]):

@@ -1,5 +1,7 @@
 //! The watch hub: every mutation with its revision, in revision order, published only once it
-//! can no longer be lost, and kept in an in-memory history ring bounded in bytes.
+//! can no longer be lost, and kept in an in-memory history ring bounded in bytes, from the
+//! first watch on (before it, the hub only numbers and publishes revisions: a server nobody
+//! watches pays nothing for the history).
 //!
 //! ```text
 //!   persistence on:  store ─ shard lock ─> LogSink ── append ─> LSN ──> Hub::on_logged(LSN, m)
@@ -19,6 +21,18 @@
 //! cursor older than the ring is served from the command log (persistence on,
 //! crate::log_reader) or gets [`ReadError::Compacted`].
 //!
+//! What an event in the ring holds: without persistence, everything (the item and the
+//! previous item: nothing else keeps a value the store no longer has); with persistence, a
+//! skeleton: the key, the revision and the previous item's revision, since the store holds
+//! the value while the key's item has the event's revision and the command log holds it
+//! always (the record at the revision); crate::resolve makes it whole when a watch sends it.
+//! A previous item older than the log's first record (its record is gone) is the one value a
+//! skeleton keeps.
+//!
+//! The history starts ([`Hub::activate`], at the first watch a stream creates; a replica
+//! follows through a watch too) empty, at the next revision: without persistence a watch from
+//! an earlier revision is compacted; with it, the command log serves it.
+//!
 //! Why "published" never covers a revision a crash can take back: with persistence on, the
 //! revision is the log LSN, and the hub publishes revision r only when every LSN up to r has
 //! been handed to it (each LSN is a mutation or a bookkeeping record, so the slots fill without
@@ -33,14 +47,14 @@
 //! reused as a thread's spare (crate::spare).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use cairn_persist::{LogObserver, Mode, Persistence};
 use cairn_store::{Mutation, MutationSink, Revision};
 use parking_lot::{Mutex, RwLock};
 
-use crate::event::Event;
+use crate::event::{Event, Shape};
 use crate::history::{ReadError, Ring};
 use crate::pending::{Pending, Publishing, Slot, FALLEN_MAX};
 use crate::prefetch::prefetch_event;
@@ -67,6 +81,18 @@ pub struct Hub {
     counting: bool,
     /// The ring's bound.
     limit_bytes: usize,
+    /// The history is kept: set by the first watch ([`Hub::activate`]), never cleared. Until
+    /// then no event is made, nothing is held, and a fed hub publishes the safe mark as it is.
+    active: AtomicBool,
+    /// A fed hub's command log (Weak: the log's observers hold the hub).
+    persist: Option<Weak<Persistence>>,
+    /// A fed hub: the command log's first LSN when the last drain looked. A skeleton whose
+    /// previous item is older keeps that item's value (its record is gone).
+    log_first: AtomicU64,
+    /// The history the revisions belong to (`ResponseHeader.history_id`): the command log's
+    /// id with persistence (the same across restarts), else drawn at start (revisions start
+    /// again from 1).
+    history_id: u64,
 }
 
 impl Hub {
@@ -76,6 +102,7 @@ impl Hub {
             pending: Mutex::new(Pending {
                 slots: VecDeque::new(),
                 base: start + 1,
+                start: start + 1,
                 fallen: Vec::new(),
             }),
             ring: RwLock::new(Ring::new(start + 1)),
@@ -83,6 +110,10 @@ impl Hub {
             safe: AtomicU64::new(start),
             counting,
             limit_bytes,
+            active: AtomicBool::new(false),
+            persist: None,
+            log_first: AtomicU64::new(0),
+            history_id: drawn_id(),
         }
     }
 
@@ -98,7 +129,10 @@ impl Hub {
     pub fn attach(persist: &Arc<Persistence>, limit_bytes: usize) -> Result<Arc<Hub>, String> {
         persist.sync().map_err(|e| e.to_string())?;
         let start = persist.durable_lsn();
-        let hub = Arc::new(Hub::new(start, limit_bytes, false));
+        let mut hub = Hub::new(start, limit_bytes, false);
+        hub.persist = Some(Arc::downgrade(persist));
+        hub.history_id = persist.log_id();
+        let hub = Arc::new(hub);
         persist.add_observer(Arc::clone(&hub) as Arc<dyn LogObserver>);
         // The syncer calls this after every advance; the mark depends on the mode in force.
         let (h, p) = (Arc::clone(&hub), Arc::downgrade(persist));
@@ -113,14 +147,73 @@ impl Hub {
         Ok(hub)
     }
 
+    /// Starts keeping the history, empty, from the next revision assigned; a no-op once it
+    /// runs. A watch stream calls it before its first watch reads anything.
+    ///
+    /// Without persistence, under the ring's lock, which every mutation takes to be numbered.
+    /// With it, under the pending lock (which `on_safe` takes while the hub is idle): the flag
+    /// is set, then (a SeqCst fence, as every `on_logged` makes before it reads the flag) the
+    /// newest LSN assigned, A, is read. Whoever was handed an LSN past A appended after that
+    /// read, so its `on_logged` sees the flag and fills its slot; revisions up to A are the
+    /// command log's. `published` (the safe mark, while idle) is at most A.
+    pub fn activate(&self) {
+        if self.active.load(Ordering::Acquire) {
+            return;
+        }
+        if self.counting {
+            let mut ring = self.ring.write();
+            if !self.active.load(Ordering::Relaxed) {
+                *ring = Ring::new(self.published.get_relaxed() + 1);
+                self.active.store(true, Ordering::Release);
+            }
+            return;
+        }
+        // (No log: a hub fed by hand, in tests; what was published is all that was assigned.)
+        let persist = self.persist.as_ref().and_then(Weak::upgrade);
+        let mut p = self.pending.lock();
+        if self.active.load(Ordering::Relaxed) {
+            return;
+        }
+        self.active.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let assigned = persist
+            .as_ref()
+            .map_or(self.published.get(), |l| l.appended_lsn());
+        self.log_first.store(
+            persist.as_ref().map_or(0, |l| l.first_lsn()),
+            Ordering::Relaxed,
+        );
+        p.slots.clear();
+        p.base = assigned + 1;
+        p.start = assigned + 1;
+        *self.ring.write() = Ring::new(assigned + 1);
+        drop(p);
+        // What was safe before is published; what comes next waits for its slot.
+        self.drain();
+    }
+
+    /// The history the revisions belong to (see `ResponseHeader.history_id`).
+    pub fn history_id(&self) -> u64 {
+        self.history_id
+    }
+
+    /// Whether the history is kept (a watch came).
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
     /// The newest published revision: every event up to it can be read.
     #[inline]
     pub fn published(&self) -> Revision {
         self.published.get()
     }
 
-    /// The oldest revision the in-memory history can answer for.
+    /// The oldest revision the in-memory history can answer for (past the published one while
+    /// the history is not kept).
     pub fn first_in_memory(&self) -> Revision {
+        if !self.is_active() {
+            return self.published() + 1;
+        }
         self.ring.read().first()
     }
 
@@ -137,10 +230,12 @@ impl Hub {
 
     pub fn stats(&self) -> HubStats {
         let pending = self.pending.lock().slots.len() as u64;
+        let active = self.is_active();
         let ring = self.ring.read();
         HubStats {
             published_revision: self.published(),
-            history_first_revision: ring.first(),
+            history_active: active,
+            history_first_revision: if active { ring.first() } else { 0 },
             history_events: ring.len() as u64,
             history_bytes: ring.bytes() as u64,
             history_limit_bytes: self.limit_bytes as u64,
@@ -151,6 +246,10 @@ impl Hub {
     /// Puts what `revision` holds into its slot and publishes what became ready.
     fn fill(&self, revision: Revision, slot: Slot) {
         let mut p = self.pending.lock();
+        if revision < p.start {
+            // Assigned before the history started (see `activate`): the command log's.
+            return;
+        }
         assert!(
             revision >= p.base,
             "revision {revision} handed to the hub twice (published up to {})",
@@ -191,6 +290,9 @@ impl Hub {
     fn drain(&self) {
         let mut publishing = self.publishing.lock();
         let Publishing { ready, fallen } = &mut *publishing;
+        if let Some(persist) = self.persist.as_ref().and_then(Weak::upgrade) {
+            self.log_first.store(persist.first_lsn(), Ordering::Relaxed);
+        }
         let published = {
             let mut p = self.pending.lock();
             let safe = self.safe.load(Ordering::Acquire);
@@ -202,6 +304,11 @@ impl Hub {
                 k += 1;
             }
             if k == 0 {
+                // Revisions before the history started have no slot: safe is enough.
+                let upto = safe.min(p.base - 1);
+                if upto > self.published.get() {
+                    self.published.set(upto);
+                }
                 return;
             }
             // Move the smaller side. Most of it (all, usually): the slots trade places with
@@ -250,9 +357,11 @@ impl MutationSink for Hub {
         debug_assert!(self.counting, "a fed hub gets mutations from the log");
         let mut ring = self.ring.write();
         let revision = self.published.get_relaxed() + 1;
-        if let Some(e) = make_event(m, revision) {
-            ring.push(e);
-            ring.trim(self.limit_bytes, keep_as_spare);
+        if self.active.load(Ordering::Relaxed) {
+            if let Some(e) = make_event(m, revision, Shape::Full) {
+                ring.push(e);
+                ring.trim(self.limit_bytes, keep_as_spare);
+            }
         }
         self.published.set(revision);
         revision
@@ -260,8 +369,20 @@ impl MutationSink for Hub {
 }
 
 impl LogObserver for Hub {
+    /// With the history kept, the mutation's skeleton goes to its slot (see the module doc);
+    /// before, nothing is made. The fence pairs with [`Hub::activate`]'s.
     fn on_logged(&self, lsn: Revision, m: &Mutation<'_>) {
-        let slot = match make_event(m, lsn) {
+        fence(Ordering::SeqCst);
+        if !self.active.load(Ordering::Relaxed) {
+            return;
+        }
+        let prev = match m {
+            Mutation::Stored { prev, .. } | Mutation::Deleted { prev, .. } => prev.as_ref(),
+            _ => None,
+        };
+        let keep_prev =
+            prev.is_some_and(|p| p.meta.mod_revision < self.log_first.load(Ordering::Relaxed));
+        let slot = match make_event(m, lsn, Shape::Skeleton { keep_prev }) {
             Some(e) => Slot::Event(e),
             None => Slot::NoEvent,
         };
@@ -269,17 +390,46 @@ impl LogObserver for Hub {
     }
 
     fn on_no_event(&self, lsn: Revision) {
+        fence(Ordering::SeqCst);
+        if !self.active.load(Ordering::Relaxed) {
+            return;
+        }
         self.fill(lsn, Slot::NoEvent);
     }
 }
 
 impl Hub {
     /// Everything up to `lsn` is safe: publish what is ready.
+    /// While the history is not kept, the safe mark is published as it is (under the
+    /// pending lock, which [`Hub::activate`] takes: the mark is at most what was assigned).
     pub fn on_safe(&self, lsn: Revision) {
-        if self.safe.fetch_max(lsn, Ordering::AcqRel) < lsn {
-            self.drain();
+        if self.safe.fetch_max(lsn, Ordering::AcqRel) >= lsn {
+            return;
         }
+        if !self.active.load(Ordering::Acquire) {
+            let _idle = self.pending.lock();
+            if !self.active.load(Ordering::Relaxed) {
+                if lsn > self.published.get() {
+                    self.published.set(lsn);
+                }
+                return;
+            }
+        }
+        self.drain();
     }
+}
+
+/// An id for a history without a command log: random, never 0.
+fn drawn_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish() | 1
 }
 
 /// The newest revision assigned so far, published or not: a start revision beyond it is in

@@ -14,6 +14,10 @@
 //!                                                    └─ published revision (published.rs)
 //!   crates/grpc watch.rs ── Command (command.rs) ──> WatchStream (stream.rs)
 //!                        <── Update (update.rs) ───   ├ woken: subscriber.rs, batch.rs
+//!                                                     ├ steps: step.rs (each event read
+//!                                                     │   once a step, for every watch)
+//!                                                     ├ values of the history's skeletons
+//!                                                     │   (persistence on): resolve.rs
 //!                                                     ├ watches: cursor.rs, filter.rs
 //!                                                     ├ initial state: initial_state.rs
 //!                                                     └ older events: log_reader.rs
@@ -38,8 +42,10 @@ mod log_reader;
 mod pending;
 mod prefetch;
 mod published;
+mod resolve;
 mod spare;
 mod stats;
+mod step;
 mod stream;
 mod subscriber;
 mod update;

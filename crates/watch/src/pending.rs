@@ -35,6 +35,9 @@ pub(crate) struct Pending {
     pub(crate) slots: VecDeque<Slot>,
     /// The revision of `slots[0]`: published + 1.
     pub(crate) base: Revision,
+    /// The first revision the history keeps (see `Hub::activate`): earlier ones handed over
+    /// are ignored.
+    pub(crate) start: Revision,
     /// Small events that fell off the ring in a drain, left for the writers to reuse or free
     /// (see [`Hub::fill`](crate::hub::Hub)); at most [`FALLEN_MAX`].
     pub(crate) fallen: Vec<Arc<Event>>,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use cairn_store::{Mutation, Revision};
 
-use crate::event::Event;
+use crate::event::{Event, Shape};
 use crate::event_bytes::Wire;
 #[cfg(test)]
 use crate::event_bytes::FRESH_ALLOCATIONS;
@@ -56,18 +56,18 @@ pub(crate) fn keep_as_spare(e: Arc<Event>) {
 /// and making a new one cost about 3.5% of a SYNC set's server CPU (the old one is out of
 /// the caches, and with the server's one malloc arena every free beyond the thread's cache
 /// takes the arena's lock; docs/decisions/0017-watch-events-reused-and-freed-where-made.md).
-pub(crate) fn make_event(m: &Mutation<'_>, revision: Revision) -> Option<Arc<Event>> {
+pub(crate) fn make_event(m: &Mutation<'_>, revision: Revision, shape: Shape) -> Option<Arc<Event>> {
     let mut spare = SPARE.with(Cell::take);
     let Some(old) = spare.as_mut().and_then(Arc::get_mut) else {
         #[cfg(test)]
         FRESH_ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        return Event::from_mutation(m, revision).map(Arc::new);
+        return Event::from_mutation_in(m, revision, Box::default(), shape).map(Arc::new);
     };
     let reuse = match std::mem::take(&mut old.wire) {
         Wire::Own(b) => b,
         Wire::Chunked(_) => Box::default(),
     };
-    match Event::from_mutation_in(m, revision, reuse) {
+    match Event::from_mutation_in(m, revision, reuse, shape) {
         Some(e) => {
             *old = e;
             spare

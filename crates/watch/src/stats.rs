@@ -18,6 +18,8 @@ use cairn_store::Revision;
 pub struct HubStats {
     /// The newest revision published to watchers.
     pub published_revision: Revision,
+    /// Whether the history is kept (from the first watch on).
+    pub history_active: bool,
     /// The oldest revision the in-memory history answers for.
     pub history_first_revision: Revision,
     /// Events in the in-memory history.
@@ -47,4 +49,7 @@ pub struct WatchStats {
     pub watch_compacted: AtomicU64,
     /// Events read back from the command log for watchers behind the in-memory history.
     pub watch_events_from_log: AtomicU64,
+    /// Records read from the command log to make the history's events whole (persistence
+    /// on): values of items changed since their event, and previous items.
+    pub watch_values_from_log: AtomicU64,
 }

@@ -40,11 +40,9 @@ use crate::backend::WatchBackend;
 use crate::batch::Published;
 use crate::command::{Command, CreateWatch};
 use crate::cursor::Watcher;
-use crate::history::ReadError;
 use crate::hub;
 use crate::initial_state::{scan_initial, InitialChunk};
-use crate::limits::{INITIAL_QUEUE, MAX_EVENTS_PER_STEP, MAX_WATCHES_PER_STREAM};
-use crate::log_reader::read_log;
+use crate::limits::{INITIAL_QUEUE, MAX_WATCHES_PER_STREAM};
 use crate::update::{canceled, Update};
 
 /// The watch streams of one server: what they share, and where they learn of new revisions.
@@ -64,6 +62,11 @@ impl Streams {
             b: Arc::new(b),
             published,
         }
+    }
+
+    /// The history the revisions belong to (`ResponseHeader.history_id`).
+    pub fn history_id(&self) -> u64 {
+        self.b.hub.history_id()
     }
 
     /// A new watch stream over the client's `requests` (each a [`Command`], or an error that
@@ -87,6 +90,7 @@ impl Streams {
             next_id: 1,
             turn: 0,
             picked: Vec::new(),
+            progress_due: 0,
         }
     }
 }
@@ -95,12 +99,12 @@ impl Streams {
 /// [`WatchStream::next`].
 pub struct WatchStream<R, E> {
     /// What the stream reads from and counts into.
-    b: Arc<WatchBackend>,
+    pub(crate) b: Arc<WatchBackend>,
     /// The client's requests.
     requests: R,
     /// Responses made by the last step and not yet handed to the transport (one step makes
     /// at most one response per watch).
-    out: VecDeque<Result<Update, E>>,
+    pub(crate) out: VecDeque<Result<Update, E>>,
     /// The client is gone or the stream failed: `out` is the rest.
     ended: bool,
     /// Progress notifications of idle watches.
@@ -112,13 +116,16 @@ pub struct WatchStream<R, E> {
     /// Where the stream takes the chunks from, in the order they were sent.
     initial_rx: mpsc::Receiver<InitialChunk>,
     /// The stream's watches by id.
-    watches: BTreeMap<i64, Watcher>,
+    pub(crate) watches: BTreeMap<i64, Watcher>,
     /// The next server-chosen watch id.
     next_id: i64,
     /// Round-robin position among watches behind the ring: the watch id served last.
-    turn: i64,
+    pub(crate) turn: i64,
     /// Scratch space of `Watcher::take`.
-    picked: Vec<u32>,
+    pub(crate) picked: Vec<u32>,
+    /// Progress requests not answered yet: a stream's progress waits for the initial states
+    /// under way (until a watch's `initial_state_done`, nothing of it can be resumed from).
+    progress_due: usize,
 }
 
 impl<R, E> Drop for WatchStream<R, E> {
@@ -200,6 +207,10 @@ where
                 return false;
             }
         };
+        if matches!(req, Command::Create(_)) {
+            // The history is kept from the first watch on (crate::hub).
+            self.b.hub.activate();
+        }
         let published = self.b.hub.published();
         match req {
             Command::Create(c) => self.create(c, published),
@@ -210,27 +221,42 @@ where
                             stop.store(true, Ordering::Relaxed);
                         }
                         self.b.stats.watches.fetch_sub(1, Ordering::Relaxed);
-                        canceled(id, published, "canceled by the client".into())
+                        // What this watch sent, not what the server published: a client
+                        // resumes after it (watch.proto).
+                        canceled(id, w.sent_upto(), "canceled by the client".into())
                     }
                     None => canceled(id, published, format!("unknown watch id {id}")),
                 };
                 self.send(r)
             }
             Command::Progress => {
-                let revision = self.bookmark(published);
-                self.send(Update::Progress {
-                    watch_id: -1,
-                    revision,
-                })
+                self.progress_due += 1;
+                self.send_progress_due(published)
             }
         }
+    }
+
+    /// Answers the progress requests waiting, unless an initial state is under way.
+    fn send_progress_due(&mut self, published: Revision) -> bool {
+        if self.watches.values().any(|w| w.initial.is_some()) {
+            return true;
+        }
+        while self.progress_due > 0 {
+            self.progress_due -= 1;
+            let revision = self.bookmark(published);
+            self.send(Update::Progress {
+                watch_id: -1,
+                revision,
+            });
+        }
+        true
     }
 
     /// The revision every watch of the stream has sent everything up to.
     fn bookmark(&self, published: Revision) -> Revision {
         self.watches
             .values()
-            .map(|w| w.cursor - 1)
+            .map(Watcher::sent_upto)
             .min()
             .unwrap_or(published)
             .min(published)
@@ -284,10 +310,13 @@ where
             cursor: published + 1,
             initial: None,
             sent_since_tick: false,
+            missing: None,
         };
-        let created = Update::Created {
+        // header.revision: every event of the watch up to it is sent (nothing yet: the one
+        // before its first; for an initial state, 0 until initial_state_done).
+        let mut created = Update::Created {
             watch_id: id,
-            revision: published,
+            revision: if c.initial_state { 0 } else { published },
         };
         if c.initial_state {
             let stop = Arc::new(AtomicBool::new(false));
@@ -301,6 +330,24 @@ where
                 scan_initial(&store, &range, published, id, &tx, &stop)
             });
         } else if c.start_revision != 0 {
+            let history = self.b.hub.history_id();
+            if c.history_id != 0 && c.history_id != history {
+                // Another history's revision: resuming here would skip events (a restart
+                // without persistence starts again from 1).
+                self.b.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
+                let oldest = self.oldest_held();
+                return self.send(Update::Canceled {
+                    watch_id: id,
+                    revision: 0,
+                    reason: format!(
+                        "history_id {} is not this server's history ({history}): its \
+                         revisions are not this history's; re-sync with initial_state",
+                        c.history_id
+                    ),
+                    compact_revision: oldest,
+                    created: true,
+                });
+            }
             let newest = hub::newest_assigned(&self.b.hub, self.b.persist.as_deref());
             if c.start_revision > newest + 1 {
                 return self.send(canceled(
@@ -313,6 +360,10 @@ where
                 ));
             }
             w.cursor = c.start_revision;
+            created = Update::Created {
+                watch_id: id,
+                revision: c.start_revision - 1,
+            };
             let first = self.b.hub.first_in_memory();
             // Without a log (or for prev_kv) the ring is all the history there is; with one,
             // the first read tells whether the log still holds the cursor.
@@ -320,7 +371,7 @@ where
                 self.b.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
                 return self.send(Update::Canceled {
                     watch_id: id,
-                    revision: published,
+                    revision: c.start_revision - 1,
                     reason: format!(
                         "start_revision {} is older than the history kept (from {first})",
                         c.start_revision
@@ -333,6 +384,15 @@ where
         self.watches.insert(id, w);
         self.b.stats.watches.fetch_add(1, Ordering::Relaxed);
         self.send(created)
+    }
+
+    /// The oldest revision a watch can start from: the command log's first, or (without
+    /// persistence) the in-memory history's.
+    fn oldest_held(&self) -> Revision {
+        match &self.b.persist {
+            Some(p) => p.first_lsn(),
+            None => self.b.hub.first_in_memory(),
+        }
     }
 
     /// Forwards one chunk of a watch's initial state (or its end).
@@ -350,9 +410,11 @@ where
                     .stats
                     .watch_initial_items_sent
                     .fetch_add(items.len() as u64, Ordering::Relaxed);
+                // header.revision 0: nothing of the watch can be resumed from before
+                // initial_state_done (watch.proto).
                 Update::InitialItems {
                     watch_id: id,
-                    revision: r,
+                    revision: 0,
                     items,
                 }
             }
@@ -365,100 +427,12 @@ where
                 }
             }
         };
-        self.send(resp)
-    }
-
-    /// Sends one response of events to every watch with work, or only moves the cursor of one
-    /// when nothing in what it read matched. The watches the ring still holds the cursor of
-    /// share one read of it (a stream of 100 watches on one prefix reads each event once and
-    /// queues it 100 times, as a pointer); a watch behind the ring reads the command log, one
-    /// such watch a step (round robin).
-    async fn step(&mut self, published: Revision) {
-        let first = self.b.hub.first_in_memory();
-        let behind = self
-            .watches
-            .range(self.turn + 1..)
-            .chain(self.watches.range(..=self.turn))
-            .find(|(_, w)| w.ready(published) && w.cursor < first)
-            .map(|(&id, _)| id);
-        if let Some(id) = behind {
-            self.turn = id;
-            return self.step_behind(id, published).await;
+        self.send(resp);
+        if self.progress_due > 0 {
+            let published = self.b.hub.published();
+            self.send_progress_due(published);
         }
-        let Some(from) = self
-            .watches
-            .values()
-            .filter(|w| w.ready(published))
-            .map(|w| w.cursor)
-            .min()
-        else {
-            return;
-        };
-        // The ring moved past `from` since `first` was read: the next step reads the log.
-        let Ok((read, next)) = self.b.hub.read(from, published, MAX_EVENTS_PER_STEP) else {
-            return;
-        };
-        let read = Arc::new(read);
-        let (mut responses, mut events) = (0, 0);
-        for (&id, w) in self.watches.iter_mut() {
-            if !w.ready(published) {
-                continue;
-            }
-            let start = read.partition_point(|e| e.revision < w.cursor);
-            if let Some(r) = w.take(id, &read, start, next, &mut self.picked) {
-                responses += 1;
-                events += r.len() as u64;
-                self.out.push_back(Ok(Update::Events(r)));
-            }
-        }
-        // Counted once a step: the counters are shared by every gRPC thread.
-        let stats = &self.b.stats;
-        stats
-            .watch_responses_sent
-            .fetch_add(responses, Ordering::Relaxed);
-        stats.watch_events_sent.fetch_add(events, Ordering::Relaxed);
-    }
-
-    /// [`step`](Self::step) for one watch whose cursor the ring has passed: its next events from
-    /// the command log, or its cancel with `compact_revision` when the log is gone too.
-    async fn step_behind(&mut self, id: i64, published: Revision) {
-        let (from, prev_kv) = {
-            let w = &self.watches[&id];
-            (w.cursor, w.prev_kv)
-        };
-        let read = match self.b.hub.read(from, published, MAX_EVENTS_PER_STEP) {
-            Ok(r) => Ok(r),
-            Err(ReadError::Compacted(first_in_memory)) => {
-                read_log(&self.b, from, prev_kv, first_in_memory, published).await
-            }
-        };
-        let w = self.watches.get_mut(&id).expect("found above");
-        match read {
-            Ok((read, next)) => {
-                if let Some(r) = w.take(id, &Arc::new(read), 0, next, &mut self.picked) {
-                    let stats = &self.b.stats;
-                    stats.watch_responses_sent.fetch_add(1, Ordering::Relaxed);
-                    stats
-                        .watch_events_sent
-                        .fetch_add(r.len() as u64, Ordering::Relaxed);
-                    self.out.push_back(Ok(Update::Events(r)));
-                }
-            }
-            Err((compact_revision, why)) => {
-                self.b.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
-                let reason = format!("{why}: re-sync with initial_state");
-                let r = Update::Canceled {
-                    watch_id: id,
-                    revision: w.cursor - 1,
-                    reason,
-                    compact_revision,
-                    created: false,
-                };
-                self.watches.remove(&id);
-                self.b.stats.watches.fetch_sub(1, Ordering::Relaxed);
-                self.send(r);
-            }
-        }
+        true
     }
 
     /// The periodic progress notification of idle, caught-up watches that asked for it.

@@ -226,18 +226,24 @@ pub(crate) fn event_parts(
     }
 }
 
-/// Writes a `cairn.v1.WatchResponse` with `header.revision`, `watch_id` and the events whose
-/// encoded parts `events` yields (as [`event_parts`] gives them), and nothing else set.
+/// Writes a `cairn.v1.WatchResponse` with `header.revision`, `header.history_id`, `watch_id`
+/// and the events whose encoded parts `events` yields (as [`event_parts`] gives them), and
+/// nothing else set.
 pub(crate) fn put_events_response<'a>(
     buf: &mut impl BufMut,
     watch_id: i64,
     revision: u64,
+    history_id: u64,
     events: impl Iterator<Item = [&'a [u8]; 2]>,
 ) {
     // header: always present (prost writes a set message field even when it is empty).
     buf.put_u8(key(1, LEN));
-    encode_varint(varint_field_len(revision) as u64, buf);
+    encode_varint(
+        (varint_field_len(revision) + varint_field_len(history_id)) as u64,
+        buf,
+    );
     put_varint_field(buf, 1, revision);
+    put_varint_field(buf, 2, history_id);
     // int64: a negative id is written as its 64-bit two's complement (10 bytes).
     put_varint_field(buf, 2, watch_id as u64);
     for [a, b] in events {

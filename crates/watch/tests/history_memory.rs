@@ -45,6 +45,7 @@ fn the_history_counts_the_memory_its_events_hold() {
 fn check(value_len: usize, events: usize) {
     // Room for every event: the ring drops nothing, so all of them are held.
     let hub = Hub::counting(1 << 30);
+    hub.activate();
     let meta = ItemMeta {
         flags: 0,
         exptime: 0,

@@ -16,11 +16,15 @@ Where the resume point comes from (watch.proto's contract):
   up to it was sent, so next_revision = max(next_revision, header.revision + 1) (a watch of a
   quiet key moves on without events, and resumes where history still is);
 - the `created` response only for a watch "from now on" (start_revision 0): its header is
-  where "now" was. Not for a watch from a start revision: there the server's created header
-  is its newest revision, not what it has sent (see the README, "Server contract notes");
+  where "now" was (for a watch from a start revision it says start_revision - 1: nothing new);
 - initial_state: nothing until `initial_state_done`, whose header.revision R is the state's
   revision; next_revision = R + 1. A disconnect during the initial state starts it again.
 An event older than next_revision (a server that sent one twice) is dropped and counted.
+
+next_revision belongs to a history (header.history_id: the server's command log, or a server
+run without persistence): a resume names it, and a server whose history is another one (a
+restart without persistence) refuses the create; the watch then lists again ("history_lost")
+or raises FutureRevision, instead of going on in another history and missing events.
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ class _Resume:
         self.items: List[KeyValue] = []
         #: Events dropped because they were older than next_revision.
         self.duplicates_dropped = 0
+        #: The history next_revision belongs to (a header's history_id; 0: not known yet).
+        self.history_id = 0
 
     def create_request(self) -> watch_pb2.WatchRequest:
         """The create request of the next stream: from where the watch is."""
@@ -94,6 +100,7 @@ class _Resume:
         else:
             c.initial_state = False
             c.start_revision = self.next_revision or 0
+            c.history_id = self.history_id if c.start_revision else 0
         self.created = False
         self.items = []
         return watch_pb2.WatchRequest(create_request=c)
@@ -117,6 +124,8 @@ class _Resume:
             if not self.need_state and self.next_revision is None:
                 # "From now on": the server's cursor is header.revision + 1.
                 self.next_revision = r.header.revision + 1
+            if not self.need_state and r.header.history_id:
+                self.history_id = r.header.history_id
             return []
         if self.need_state:
             self.items.extend(KeyValue.from_pb(kv) for kv in r.initial_items)
@@ -127,6 +136,7 @@ class _Resume:
             self.items = []
             self.need_state = False
             self.next_revision = revision + 1
+            self.history_id = r.header.history_id
             return [state]
         assert self.next_revision is not None, "created comes first"
         out: List[WatchItem] = []
@@ -155,6 +165,13 @@ class _Resume:
 
     def _canceled(self, r: watch_pb2.WatchResponse) -> None:
         needed = self.next_revision or 0
+        theirs = r.header.history_id
+        if not self.need_state and self.history_id and theirs and theirs != self.history_id:
+            # The server's history is not the one next_revision belongs to (a restart without
+            # persistence): its revisions mean other events.
+            if self.on_compacted == "relist":
+                self._relist("history_lost", 0)
+            raise FutureRevision(needed, r.cancel_reason)
         if r.compact_revision:
             if self.on_compacted == "relist":
                 self._relist("compacted", r.compact_revision)

@@ -23,8 +23,9 @@ pub fn shutdown(ctx: &Ctx, mode: ShutdownMode, out: &mut Vec<u8>) -> Flow {
     Flow::Close
 }
 
-/// `cache_memlimit N`: the store's limit becomes N MiB while serving (until a restart, which
-/// takes `-m` again). An admin write: refused without `--enable-admin`.
+/// `cache_memlimit N`: `-m` becomes N MiB while serving (the store's part: N less the watch
+/// history's), until a restart, which takes `-m` again. An admin write: refused without
+/// `--enable-admin`.
 pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
     if let Some(refused) = super::admin::refusal(ctx) {
         return refused;
@@ -35,7 +36,10 @@ pub fn cache_memlimit(ctx: &Ctx, megabytes: u64, now: u32) -> &'static [u8] {
     if megabytes > 1_000_000_000 {
         return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
     }
-    let bytes = megabytes << 20;
+    // The watch history's part of the limit stays what it was at start; the store gets the
+    // rest (docs/CONFIGURATION.md, watch_history_mb).
+    let history = ctx.config.watch_history_bytes() as u64;
+    let bytes = (megabytes << 20).saturating_sub(history);
     if bytes < ctx.store().min_memory_limit() {
         // Each shard keeps two segments (or two of the largest items); fewer is not kept.
         return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";

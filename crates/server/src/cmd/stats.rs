@@ -31,7 +31,13 @@ pub fn general(ctx: &Ctx, out: &mut Vec<u8>) {
 fn settings(ctx: &Ctx, out: &mut Vec<u8>) {
     let c = &ctx.config;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
-    stat(out, "maxbytes", ctx.store().stats().limit_maxbytes);
+    // -m: the store's limit and the watch history's part (as `stats`' limit_maxbytes).
+    let history = c.watch_history_bytes() as u64;
+    stat(
+        out,
+        "maxbytes",
+        ctx.store().stats().limit_maxbytes + history,
+    );
     stat(out, "maxconns", c.max_connections);
     stat(out, "tcpport", c.port);
     stat(out, "udpport", c.udp_port);

@@ -187,8 +187,9 @@ pub struct Config {
     /// to it (as the memcached workers do); 0 = half the CPUs, at least one.
     #[arg(long)]
     pub grpc_threads: usize,
-    /// MiB of watch history kept in memory (older revisions are read from the command log
-    /// while its segments exist); 0 = 16 with persistence, 64 without.
+    /// MiB of `-m` for the watch history in memory, kept from the first watch or replica on
+    /// (older revisions are read from the command log while its segments exist); 0 = a
+    /// sixteenth of `-m`, at most 64.
     #[arg(long)]
     pub watch_history_mb: u64,
     /// How often an idle watch that asked for progress_notify gets a progress response (ms).
@@ -385,16 +386,25 @@ impl Config {
         self.grpc_listen.parse().ok()
     }
 
-    /// The watch history's bound in bytes. With persistence the ring in memory only spares a
-    /// lagging watcher a read of the command log, so its default is smaller: 16 MiB holds
-    /// about 50K events of 50 B values, and costs 1.7 B per item at 10M items.
+    /// The watch history's bound in bytes: its part of `-m` (0 with the gRPC API off). The
+    /// history is kept from the first watch or replica on, so this is what a watched server
+    /// spends on it at most: without persistence its events hold their values (a sixteenth of
+    /// `-m` by default), with it about 200 bytes an event (the command log holds the values).
     pub fn watch_history_bytes(&self) -> usize {
-        let mb = match (self.watch_history_mb, self.mode()) {
-            (0, cairn_persist::Mode::Off) => 64,
-            (0, _) => 16,
-            (mb, _) => mb,
+        if self.grpc_addr().is_none() {
+            return 0;
+        }
+        let bytes = match self.watch_history_mb {
+            // (Below -m 16 that is under 1 MiB: a small cache keeps a small history.)
+            0 => ((self.memory_limit_mb << 20) / 16).min(64 << 20),
+            mb => mb << 20,
         };
-        usize::try_from(mb << 20).unwrap_or(usize::MAX)
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+
+    /// The store's memory limit in bytes: `-m` less the watch history's part.
+    pub fn store_memory_bytes(&self) -> u64 {
+        (self.memory_limit_mb << 20).saturating_sub(self.watch_history_bytes() as u64)
     }
 
     /// The largest gRPC message in bytes.

@@ -163,11 +163,24 @@ fn grpc_settings_from_file_and_flags() {
     let halves: Vec<usize> = [1, 2, 3, 4, 96].map(grpc_threads_for).into();
     assert_eq!(halves, [1, 1, 1, 2, 48], "half the CPUs, at least one");
     assert_eq!(c.grpc_max_message(), (1 << 20) + (1 << 20));
-    assert_eq!(c.watch_history_bytes(), 16 << 20, "with persistence");
-    let c = load_with(&path, "persistence = \"off\"\n", &[]);
-    assert_eq!(c.watch_history_bytes(), 64 << 20, "without");
+    assert_eq!(c.watch_history_bytes(), 4 << 20, "a sixteenth of -m 64");
+    assert_eq!(c.store_memory_bytes(), 60 << 20, "the rest is the store's");
+    let c = load_with(&path, "memory_limit_mb = 4096\n", &[]);
+    assert_eq!(c.watch_history_bytes(), 64 << 20, "at most 64 MiB");
+    let c = load_with(&path, "memory_limit_mb = 2\n", &[]);
+    assert_eq!(
+        c.watch_history_bytes(),
+        128 << 10,
+        "a small cache, a small history"
+    );
     let c = load_with(&path, "grpc_listen = \"off\"\nwatch_history_mb = 8\n", &[]);
-    assert_eq!((c.grpc_addr(), c.watch_history_bytes()), (None, 8 << 20));
+    assert_eq!(
+        (c.grpc_addr(), c.watch_history_bytes()),
+        (None, 0),
+        "no API, no history"
+    );
+    let c = load_with(&path, "watch_history_mb = 8\n", &[]);
+    assert_eq!(c.watch_history_bytes(), 8 << 20);
     let c = load_with(
         &path,
         "grpc_listen = \"off\"\n",

@@ -89,8 +89,11 @@ impl Config {
                 "must be 0 (automatic) or at least 64 KiB and item_size_max + 4 KiB",
             );
         }
-        if self.watch_history_mb > 1 << 20 {
-            return invalid("watch_history_mb", "must be at most 1048576");
+        if self.watch_history_mb > self.memory_limit_mb / 2 {
+            return invalid(
+                "watch_history_mb",
+                "must be at most half of memory_limit_mb",
+            );
         }
         if self.watch_progress_notify_ms == 0 || self.watch_progress_notify_ms > 3_600_000 {
             return invalid("watch_progress_notify_ms", "must be between 1 and 3600000");

@@ -64,10 +64,12 @@ pub fn general(ctx: &Ctx) -> Vec<Reading> {
     for (name, help, read) in COUNTERS {
         r.counter(name, help, read(&ctx.counters));
     }
+    let history = ctx.hub().map(|h| h.stats());
+    let history_limit = history.map_or(0, |h| h.history_limit_bytes);
     r.gauge(
         "limit_maxbytes",
-        "The item memory limit in bytes.",
-        s.limit_maxbytes,
+        "The memory limit in bytes (-m): the store's and the watch history's.",
+        s.limit_maxbytes + history_limit,
     );
     r.gauge(
         "threads",
@@ -103,6 +105,29 @@ pub fn general(ctx: &Ctx) -> Vec<Reading> {
         "Bytes of memory the store holds.",
         s.memory_used_bytes,
     );
+    if let Some(h) = history {
+        // The history is part of -m (limit_maxbytes); `stats grpc` exports these.
+        r.stats_only(
+            "watch_history_limit_bytes",
+            "The watch history's part of limit_maxbytes (watch_history_mb).",
+            history_limit,
+        );
+        r.stats_only(
+            "watch_history_bytes",
+            "Bytes the watch history holds in memory (0 until the first watch).",
+            h.history_bytes,
+        );
+        r.stats_only(
+            "watch_history_events",
+            "Events in the watch history in memory.",
+            h.history_events,
+        );
+        r.stats_only(
+            "watch_history_first_revision",
+            "The oldest revision the watch history in memory holds (0 until the first watch).",
+            h.history_first_revision,
+        );
+    }
     r.gauge(
         "rss_bytes",
         "Resident set size of the process.",

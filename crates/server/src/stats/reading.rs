@@ -101,6 +101,19 @@ impl Readings {
         self.push(name, metric, kind, help, v);
     }
 
+    /// A number for `stats` only: the endpoint exports it under the same name from another
+    /// block (the watch history's figures, in `stats grpc` too).
+    pub fn stats_only(&mut self, name: &'static str, help: &'static str, v: u64) {
+        self.0.push(Reading {
+            name,
+            metric: name,
+            kind: Kind::Gauge,
+            help,
+            value: Value::Int(v),
+            export: None,
+        });
+    }
+
     /// Text, for `stats` only.
     pub fn text(&mut self, name: &'static str, help: &'static str, v: impl Into<String>) {
         self.push(name, name, Kind::Gauge, help, Value::Text(v.into()));

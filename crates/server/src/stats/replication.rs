@@ -237,7 +237,7 @@ fn lag_bytes(hub: Option<&Hub>, acked: u64, published: u64, lag: u64) -> u64 {
     match hub.read(from, published, usize::MAX) {
         Ok((events, _)) => events
             .iter()
-            .map(|e| (e.key().len() + e.value().map_or(0, <[u8]>::len)) as u64)
+            .map(|e| (e.key().len() + e.value_len as usize) as u64)
             .sum(),
         Err(_) => 0,
     }

@@ -241,9 +241,14 @@ fn events_on_the_wire_are_what_prost_writes() {
     batches.push(events.clone());
     for batch in &batches {
         for prev_kv in [false, true] {
-            for (watch_id, revision) in [(1, 5), (1 << 40, 0), (-1, u64::MAX)] {
+            for (watch_id, revision, history_id) in
+                [(1, 5, 0), (1 << 40, 0, 7), (-1, u64::MAX, u64::MAX)]
+            {
                 let expected = pb::WatchResponse {
-                    header: Some(pb::ResponseHeader { revision }),
+                    header: Some(pb::ResponseHeader {
+                        revision,
+                        history_id,
+                    }),
                     watch_id,
                     events: batch.iter().map(|e| event_pb(e, prev_kv)).collect(),
                     ..Default::default()
@@ -253,6 +258,7 @@ fn events_on_the_wire_are_what_prost_writes() {
                     &mut buf,
                     watch_id,
                     revision,
+                    history_id,
                     batch.iter().map(|e| e.wire_parts(prev_kv)),
                 );
                 assert_eq!(buf.to_vec(), expected.encode_to_vec(), "{expected:?}");

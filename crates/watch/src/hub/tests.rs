@@ -4,7 +4,7 @@
 use std::cell::Cell;
 
 use cairn_persist::LogObserver;
-use cairn_store::{ItemMeta, Mutation, MutationSink, Revision};
+use cairn_store::{ItemMeta, Mutation, MutationSink, PrevItem, Revision};
 
 use super::*;
 use crate::event_bytes::FRESH_ALLOCATIONS;
@@ -36,9 +36,22 @@ fn revisions(hub: &Hub, from: Revision) -> Vec<Revision> {
     events.iter().map(|e| e.revision).collect()
 }
 
+/// A fed hub's event: a skeleton (see `Shape`).
+fn skeleton_size() -> usize {
+    Event::from_mutation_in(
+        &put(b"k", &[0]),
+        1,
+        Box::default(),
+        Shape::Skeleton { keep_prev: false },
+    )
+    .unwrap()
+    .size_bytes()
+}
+
 #[test]
 fn a_fed_hub_publishes_the_safe_filled_prefix_in_order() {
     let hub = Hub::new(10, 1 << 20, false);
+    hub.activate();
     hub.on_logged(12, &put(b"b", b"2"));
     hub.on_safe(12);
     assert_eq!(hub.published(), 10, "11 is not there yet");
@@ -71,10 +84,8 @@ fn a_fed_hub_publishes_the_safe_filled_prefix_in_order() {
 /// waiting.
 #[test]
 fn a_fed_hub_leaves_fallen_events_to_the_writers() {
-    let size = Event::from_mutation(&put(b"k", &[0]), 1)
-        .unwrap()
-        .size_bytes();
-    let hub = Hub::new(0, 3 * size, false);
+    let hub = Hub::new(0, 3 * skeleton_size(), false);
+    hub.activate();
     let fallen = |hub: &Hub| hub.pending.lock().fallen.len();
     for r in 1..=10 {
         hub.on_logged(r, &put(b"k", &[r as u8]));
@@ -111,6 +122,7 @@ fn an_event_off_the_ring_becomes_the_threads_next_event_unless_a_reader_holds_it
         .unwrap()
         .size_bytes();
     let hub = Hub::counting(one_event);
+    hub.activate();
     let event = |rev: Revision| hub.read(rev, rev, 1).unwrap().0.remove(0);
     let fresh = || FRESH_ALLOCATIONS.with(Cell::get);
     let made = |hub: &Hub, key: &[u8], value: u8| {
@@ -150,6 +162,7 @@ fn the_ring_drops_the_oldest_past_its_bound() {
         .unwrap()
         .size_bytes();
     let hub = Hub::counting(3 * size);
+    hub.activate();
     for i in 0..10u8 {
         assert_eq!(hub.on_mutation(&put(b"k", &[i])), u64::from(i) + 1);
     }
@@ -180,6 +193,7 @@ fn write_from_two_threads(hub: &Hub, writes: u64) {
 fn concurrent_writers_get_one_revision_each_in_ring_order() {
     const WRITES: u64 = 5_000;
     let hub = Hub::counting(64 << 20);
+    hub.activate();
     write_from_two_threads(&hub, WRITES);
     let (events, _) = hub.read(1, hub.published(), usize::MAX).unwrap();
     let revs: Vec<Revision> = events.iter().map(|e| e.revision).collect();
@@ -233,4 +247,83 @@ fn every_waiting_reader_sees_the_last_revision() {
         }
     });
     assert_eq!(hub.published.waiting(), 0, "a count left behind");
+}
+
+/// Before the first watch a hub keeps nothing: it numbers (without persistence) or follows
+/// the safe mark (with it), and makes no event. Once started, its history begins after what
+/// was assigned: an earlier revision is compacted (or, with persistence, the log's).
+#[test]
+fn an_idle_hub_keeps_nothing_and_starts_after_what_was_assigned() {
+    let hub = Hub::counting(1 << 20);
+    let fresh = || FRESH_ALLOCATIONS.with(Cell::get);
+    let before = fresh();
+    for i in 0..5u8 {
+        assert_eq!(hub.on_mutation(&put(b"k", &[i])), u64::from(i) + 1);
+    }
+    assert_eq!(fresh(), before, "no event made");
+    let s = hub.stats();
+    assert_eq!(
+        (s.history_active, s.history_events, s.history_bytes),
+        (false, 0, 0)
+    );
+    assert_eq!(hub.first_in_memory(), 6);
+    hub.activate();
+    hub.on_mutation(&put(b"k", &[9]));
+    assert_eq!(revisions(&hub, 6), vec![6]);
+    assert_eq!(hub.read(5, 6, 9), Err(ReadError::Compacted(6)));
+    assert_eq!(hub.stats().history_first_revision, 6);
+
+    let fed = Hub::new(0, 1 << 20, false);
+    fed.on_logged(1, &put(b"a", b"1"));
+    fed.on_logged(2, &put(b"b", b"2"));
+    fed.on_safe(2);
+    assert_eq!(
+        fed.published(),
+        2,
+        "idle: the safe mark is published as it is"
+    );
+    assert_eq!(fed.pending.lock().slots.len(), 0);
+    fed.activate();
+    fed.on_logged(3, &put(b"c", b"3"));
+    fed.on_safe(3);
+    assert_eq!(revisions(&fed, 3), vec![3]);
+    assert_eq!(fed.read(2, 3, 9), Err(ReadError::Compacted(3)));
+}
+
+/// With persistence the history keeps skeletons: the key and the revision, not the value;
+/// the previous item by its revision, and by value only when it is older than the log.
+#[test]
+fn a_fed_hubs_events_name_their_items_and_keep_no_value() {
+    let hub = Hub::new(0, 1 << 20, false);
+    hub.activate();
+    hub.log_first.store(5, Ordering::Relaxed);
+    let over = |prev_rev| Mutation::Stored {
+        key: b"k",
+        value: b"new value",
+        meta: meta(0),
+        prev: Some(PrevItem {
+            value: b"old value",
+            meta: meta(prev_rev),
+        }),
+    };
+    hub.on_logged(1, &over(7));
+    hub.on_logged(2, &over(3));
+    hub.on_safe(2);
+    let (events, _) = hub.read(1, 2, 9).unwrap();
+    let [a, b] = &events[..] else {
+        panic!("two events")
+    };
+    assert_eq!((a.key(), a.value(), a.value_len), (&b"k"[..], None, 9));
+    assert!(a.needs_value && a.needs(false));
+    assert_eq!(
+        (a.prev_revision, a.prev_value()),
+        (7, None),
+        "its record is in the log"
+    );
+    assert_eq!(
+        (b.prev_revision, b.prev_value()),
+        (3, Some(&b"old value"[..])),
+        "older than the log: kept"
+    );
+    assert!(!b.needs(false) || b.needs_value);
 }

@@ -17,10 +17,12 @@ SET_MODE_ADD: SetMode
 SET_MODE_REPLACE: SetMode
 
 class ResponseHeader(_message.Message):
-    __slots__ = ("revision",)
+    __slots__ = ("revision", "history_id")
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_ID_FIELD_NUMBER: _ClassVar[int]
     revision: int
-    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+    history_id: int
+    def __init__(self, revision: _Optional[int] = ..., history_id: _Optional[int] = ...) -> None: ...
 
 class KeyValue(_message.Message):
     __slots__ = ("key", "value", "flags", "expires_at", "cas", "mod_revision", "stale")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from cairn.v1 import kv_pb2 as cairn_dot_v1_dot_kv__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63\x61irn/v1/watch.proto\x12\x08\x63\x61irn.v1\x1a\x11\x63\x61irn/v1/kv.proto\"\xcb\x01\n\x0cWatchRequest\x12\x36\n\x0e\x63reate_request\x18\x01 \x01(\x0b\x32\x1c.cairn.v1.WatchCreateRequestH\x00\x12\x36\n\x0e\x63\x61ncel_request\x18\x02 \x01(\x0b\x32\x1c.cairn.v1.WatchCancelRequestH\x00\x12:\n\x10progress_request\x18\x03 \x01(\x0b\x32\x1e.cairn.v1.WatchProgressRequestH\x00\x42\x0f\n\rrequest_union\"\x90\x02\n\x12WatchCreateRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\trange_end\x18\x02 \x01(\x0c\x12\x0e\n\x06prefix\x18\x03 \x01(\x08\x12\x16\n\x0estart_revision\x18\x04 \x01(\x04\x12\x17\n\x0fprogress_notify\x18\x05 \x01(\x08\x12\x38\n\x07\x66ilters\x18\x06 \x03(\x0e\x32\'.cairn.v1.WatchCreateRequest.FilterType\x12\x0f\n\x07prev_kv\x18\x07 \x01(\x08\x12\x10\n\x08watch_id\x18\x08 \x01(\x03\x12\x15\n\rinitial_state\x18\t \x01(\x08\"%\n\nFilterType\x12\t\n\x05NOPUT\x10\x00\x12\x0c\n\x08NODELETE\x10\x01\"&\n\x12WatchCancelRequest\x12\x10\n\x08watch_id\x18\x01 \x01(\x03\"\x16\n\x14WatchProgressRequest\"\xa0\x02\n\rWatchResponse\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.cairn.v1.ResponseHeader\x12\x10\n\x08watch_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\x12\x10\n\x08\x63\x61nceled\x18\x04 \x01(\x08\x12\x18\n\x10\x63ompact_revision\x18\x05 \x01(\x04\x12\x15\n\rcancel_reason\x18\x06 \x01(\t\x12\x17\n\x0fprogress_notify\x18\x07 \x01(\x08\x12)\n\rinitial_items\x18\x08 \x03(\x0b\x32\x12.cairn.v1.KeyValue\x12\x1a\n\x12initial_state_done\x18\t \x01(\x08\x12\x1f\n\x06\x65vents\x18\x0b \x03(\x0b\x32\x0f.cairn.v1.Event\"\xaf\x02\n\x05\x45vent\x12\'\n\x04type\x18\x01 \x01(\x0e\x32\x19.cairn.v1.Event.EventType\x12\x1e\n\x02kv\x18\x02 \x01(\x0b\x32\x12.cairn.v1.KeyValue\x12#\n\x07prev_kv\x18\x03 \x01(\x0b\x32\x12.cairn.v1.KeyValue\x12,\n\x06reason\x18\x04 \x01(\x0e\x32\x1c.cairn.v1.Event.DeleteReason\x12\x10\n\x08revision\x18\x05 \x01(\x04\"+\n\tEventType\x12\x07\n\x03PUT\x10\x00\x12\n\n\x06\x44\x45LETE\x10\x01\x12\t\n\x05\x46LUSH\x10\x02\"K\n\x0c\x44\x65leteReason\x12\x08\n\x04NONE\x10\x00\x12\n\n\x06\x43LIENT\x10\x01\x12\x0b\n\x07\x45XPIRED\x10\x02\x12\x0b\n\x07\x45VICTED\x10\x03\x12\x0b\n\x07\x46LUSHED\x10\x04\x32\x45\n\x05Watch\x12<\n\x05Watch\x12\x16.cairn.v1.WatchRequest\x1a\x17.cairn.v1.WatchResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63\x61irn/v1/watch.proto\x12\x08\x63\x61irn.v1\x1a\x11\x63\x61irn/v1/kv.proto\"\xcb\x01\n\x0cWatchRequest\x12\x36\n\x0e\x63reate_request\x18\x01 \x01(\x0b\x32\x1c.cairn.v1.WatchCreateRequestH\x00\x12\x36\n\x0e\x63\x61ncel_request\x18\x02 \x01(\x0b\x32\x1c.cairn.v1.WatchCancelRequestH\x00\x12:\n\x10progress_request\x18\x03 \x01(\x0b\x32\x1e.cairn.v1.WatchProgressRequestH\x00\x42\x0f\n\rrequest_union\"\xa4\x02\n\x12WatchCreateRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\trange_end\x18\x02 \x01(\x0c\x12\x0e\n\x06prefix\x18\x03 \x01(\x08\x12\x16\n\x0estart_revision\x18\x04 \x01(\x04\x12\x17\n\x0fprogress_notify\x18\x05 \x01(\x08\x12\x38\n\x07\x66ilters\x18\x06 \x03(\x0e\x32\'.cairn.v1.WatchCreateRequest.FilterType\x12\x0f\n\x07prev_kv\x18\x07 \x01(\x08\x12\x10\n\x08watch_id\x18\x08 \x01(\x03\x12\x15\n\rinitial_state\x18\t \x01(\x08\x12\x12\n\nhistory_id\x18\n \x01(\x04\"%\n\nFilterType\x12\t\n\x05NOPUT\x10\x00\x12\x0c\n\x08NODELETE\x10\x01\"&\n\x12WatchCancelRequest\x12\x10\n\x08watch_id\x18\x01 \x01(\x03\"\x16\n\x14WatchProgressRequest\"\xa0\x02\n\rWatchResponse\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.cairn.v1.ResponseHeader\x12\x10\n\x08watch_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\x12\x10\n\x08\x63\x61nceled\x18\x04 \x01(\x08\x12\x18\n\x10\x63ompact_revision\x18\x05 \x01(\x04\x12\x15\n\rcancel_reason\x18\x06 \x01(\t\x12\x17\n\x0fprogress_notify\x18\x07 \x01(\x08\x12)\n\rinitial_items\x18\x08 \x03(\x0b\x32\x12.cairn.v1.KeyValue\x12\x1a\n\x12initial_state_done\x18\t \x01(\x08\x12\x1f\n\x06\x65vents\x18\x0b \x03(\x0b\x32\x0f.cairn.v1.Event\"\xaf\x02\n\x05\x45vent\x12\'\n\x04type\x18\x01 \x01(\x0e\x32\x19.cairn.v1.Event.EventType\x12\x1e\n\x02kv\x18\x02 \x01(\x0b\x32\x12.cairn.v1.KeyValue\x12#\n\x07prev_kv\x18\x03 \x01(\x0b\x32\x12.cairn.v1.KeyValue\x12,\n\x06reason\x18\x04 \x01(\x0e\x32\x1c.cairn.v1.Event.DeleteReason\x12\x10\n\x08revision\x18\x05 \x01(\x04\"+\n\tEventType\x12\x07\n\x03PUT\x10\x00\x12\n\n\x06\x44\x45LETE\x10\x01\x12\t\n\x05\x46LUSH\x10\x02\"K\n\x0c\x44\x65leteReason\x12\x08\n\x04NONE\x10\x00\x12\n\n\x06\x43LIENT\x10\x01\x12\x0b\n\x07\x45XPIRED\x10\x02\x12\x0b\n\x07\x45VICTED\x10\x03\x12\x0b\n\x07\x46LUSHED\x10\x04\x32\x45\n\x05Watch\x12<\n\x05Watch\x12\x16.cairn.v1.WatchRequest\x1a\x17.cairn.v1.WatchResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHREQUEST']._serialized_start=54
   _globals['_WATCHREQUEST']._serialized_end=257
   _globals['_WATCHCREATEREQUEST']._serialized_start=260
-  _globals['_WATCHCREATEREQUEST']._serialized_end=532
-  _globals['_WATCHCREATEREQUEST_FILTERTYPE']._serialized_start=495
-  _globals['_WATCHCREATEREQUEST_FILTERTYPE']._serialized_end=532
-  _globals['_WATCHCANCELREQUEST']._serialized_start=534
-  _globals['_WATCHCANCELREQUEST']._serialized_end=572
-  _globals['_WATCHPROGRESSREQUEST']._serialized_start=574
-  _globals['_WATCHPROGRESSREQUEST']._serialized_end=596
-  _globals['_WATCHRESPONSE']._serialized_start=599
-  _globals['_WATCHRESPONSE']._serialized_end=887
-  _globals['_EVENT']._serialized_start=890
-  _globals['_EVENT']._serialized_end=1193
-  _globals['_EVENT_EVENTTYPE']._serialized_start=1073
-  _globals['_EVENT_EVENTTYPE']._serialized_end=1116
-  _globals['_EVENT_DELETEREASON']._serialized_start=1118
-  _globals['_EVENT_DELETEREASON']._serialized_end=1193
-  _globals['_WATCH']._serialized_start=1195
-  _globals['_WATCH']._serialized_end=1264
+  _globals['_WATCHCREATEREQUEST']._serialized_end=552
+  _globals['_WATCHCREATEREQUEST_FILTERTYPE']._serialized_start=515
+  _globals['_WATCHCREATEREQUEST_FILTERTYPE']._serialized_end=552
+  _globals['_WATCHCANCELREQUEST']._serialized_start=554
+  _globals['_WATCHCANCELREQUEST']._serialized_end=592
+  _globals['_WATCHPROGRESSREQUEST']._serialized_start=594
+  _globals['_WATCHPROGRESSREQUEST']._serialized_end=616
+  _globals['_WATCHRESPONSE']._serialized_start=619
+  _globals['_WATCHRESPONSE']._serialized_end=907
+  _globals['_EVENT']._serialized_start=910
+  _globals['_EVENT']._serialized_end=1213
+  _globals['_EVENT_EVENTTYPE']._serialized_start=1093
+  _globals['_EVENT_EVENTTYPE']._serialized_end=1136
+  _globals['_EVENT_DELETEREASON']._serialized_start=1138
+  _globals['_EVENT_DELETEREASON']._serialized_end=1213
+  _globals['_WATCH']._serialized_start=1215
+  _globals['_WATCH']._serialized_end=1284
 # @@protoc_insertion_point(module_scope)

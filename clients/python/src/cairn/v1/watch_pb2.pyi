@@ -19,7 +19,7 @@ class WatchRequest(_message.Message):
     def __init__(self, create_request: _Optional[_Union[WatchCreateRequest, _Mapping]] = ..., cancel_request: _Optional[_Union[WatchCancelRequest, _Mapping]] = ..., progress_request: _Optional[_Union[WatchProgressRequest, _Mapping]] = ...) -> None: ...
 
 class WatchCreateRequest(_message.Message):
-    __slots__ = ("key", "range_end", "prefix", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "initial_state")
+    __slots__ = ("key", "range_end", "prefix", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "initial_state", "history_id")
     class FilterType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         NOPUT: _ClassVar[WatchCreateRequest.FilterType]
@@ -35,6 +35,7 @@ class WatchCreateRequest(_message.Message):
     PREV_KV_FIELD_NUMBER: _ClassVar[int]
     WATCH_ID_FIELD_NUMBER: _ClassVar[int]
     INITIAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_ID_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     range_end: bytes
     prefix: bool
@@ -44,7 +45,8 @@ class WatchCreateRequest(_message.Message):
     prev_kv: bool
     watch_id: int
     initial_state: bool
-    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., prefix: _Optional[bool] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., initial_state: _Optional[bool] = ...) -> None: ...
+    history_id: int
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., prefix: _Optional[bool] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., initial_state: _Optional[bool] = ..., history_id: _Optional[int] = ...) -> None: ...
 
 class WatchCancelRequest(_message.Message):
     __slots__ = ("watch_id",)
