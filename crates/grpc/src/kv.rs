@@ -53,8 +53,14 @@ impl KvService {
 }
 
 fn header(b: &Backend) -> Option<pb::ResponseHeader> {
+    header_after(b, 0)
+}
+
+/// The header of a write's response: at least the write's own revision, which is safe once
+/// the write is acknowledged even if the hub has not published it to watchers yet.
+fn header_after(b: &Backend, revision: u64) -> Option<pb::ResponseHeader> {
     Some(pb::ResponseHeader {
-        revision: b.hub.published(),
+        revision: b.hub.published().max(revision),
         history_id: b.hub.history_id(),
     })
 }
@@ -300,7 +306,7 @@ impl Kv for KvService {
             }
         };
         let r = r.map(|revision| pb::DeleteResponse {
-            header: header(&self.b),
+            header: header_after(&self.b, revision),
             revision,
         });
         self.finish(Method::Delete, started, r)
@@ -330,7 +336,7 @@ impl Kv for KvService {
             }
         };
         let r = r.map(|meta| pb::TouchResponse {
-            header: header(&self.b),
+            header: header_after(&self.b, meta.mod_revision),
             mod_revision: meta.mod_revision,
             expires_at: meta.exptime,
         });
@@ -427,7 +433,7 @@ impl KvService {
             })
             .await?;
         Ok(pb::SetResponse {
-            header: header(&self.b),
+            header: header_after(&self.b, meta.mod_revision),
             cas: meta.cas,
             mod_revision: meta.mod_revision,
         })
