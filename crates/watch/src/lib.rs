@@ -46,6 +46,7 @@ mod resolve;
 mod spare;
 mod stats;
 mod step;
+mod step_read;
 mod stream;
 mod subscriber;
 mod update;
