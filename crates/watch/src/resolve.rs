@@ -48,12 +48,26 @@ pub(crate) struct Needs {
 /// bytes (crate::step_read). Events whose records are gone stay as they are (see the module
 /// doc).
 pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut StepRead, needs: &[Needs]) {
+    // Another stream's step may have made the same events whole (crate::recent).
+    let (first, last) = match (read.events.first(), read.events.last()) {
+        (Some(a), Some(b)) => (a.revision, b.revision),
+        _ => return,
+    };
+    let recent = b.hub.recent.get().filter(|r| r.overlaps(first, last));
     let StepRead { events, made } = read;
     let count = events.len();
     let mut items: BTreeMap<Revision, Option<Item>> = BTreeMap::new();
     let mut from_log: Vec<Revision> = Vec::new();
     for (i, (e, n)) in events.iter().zip(needs).enumerate() {
         let prev_from_log = n.prev && e.prev.is_none() && e.prev_revision != 0;
+        if let Some(r) = &recent {
+            if (n.value && e.needs_value || prev_from_log)
+                && r.position(e.revision)
+                    .is_some_and(|j| made.copy(count, i, &r.made, j, n.prev))
+            {
+                continue;
+            }
+        }
         if n.value && e.needs_value {
             // The common case: the store still holds the item, made whole under its shard's
             // lock straight from the store's bytes (no copy of the value on the way).

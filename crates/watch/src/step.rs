@@ -69,6 +69,10 @@ impl<R, E> WatchStream<R, E> {
             }
         }
         let read = Arc::new(read);
+        if read.made.made_here() > 0 {
+            // For the other streams' steps of the same events (crate::recent).
+            self.b.hub.recent.offer(&read);
+        }
         let ready: Vec<i64> = self
             .watches
             .iter()

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use cairn_store::Mutation;
+use cairn_store::{Mutation, Revision};
 
 use crate::event::{put_whole, Event};
 use crate::wire::{self, EventLayout};
@@ -34,6 +34,8 @@ pub(crate) struct Made {
     whole: Vec<Option<WholeAt>>,
     /// The whole events' bytes, one after the other.
     bytes: Vec<u8>,
+    /// Events made whole here (not copied from another stream's read, crate::recent).
+    made_here: usize,
 }
 
 /// Where an event made whole lies in its step's bytes.
@@ -66,6 +68,21 @@ impl StepRead {
         match self.made.at(i) {
             Some(w) => prev_kv && !w.with_prev,
             None => self.events[i].needs(prev_kv),
+        }
+    }
+
+    /// The position of the event at `revision`, if this read holds it.
+    pub(crate) fn position(&self, revision: Revision) -> Option<usize> {
+        self.events
+            .binary_search_by_key(&revision, |e| e.revision)
+            .ok()
+    }
+
+    /// Whether this read may hold events from `first` to `last` (revisions).
+    pub(crate) fn overlaps(&self, first: Revision, last: Revision) -> bool {
+        match (self.events.first(), self.events.last()) {
+            (Some(a), Some(b)) => a.revision <= last && b.revision >= first,
+            _ => false,
         }
     }
 
@@ -119,7 +136,44 @@ impl Made {
             tail_at,
             with_prev,
         });
+        self.made_here += 1;
         true
+    }
+
+    /// Makes event `i` (of `count`) whole as event `j` of `from` was made, another step's
+    /// read of the same revision (crate::recent), if it was, and with its previous item when
+    /// `prev` asks for it.
+    pub(crate) fn copy(
+        &mut self,
+        count: usize,
+        i: usize,
+        from: &Made,
+        j: usize,
+        prev: bool,
+    ) -> bool {
+        let Some(w) = from.at(j) else {
+            return false;
+        };
+        if prev && !w.with_prev {
+            return false;
+        }
+        if self.whole.is_empty() {
+            self.whole.resize(count, None);
+        }
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&from.bytes[w.at..][..w.len]);
+        self.whole[i] = Some(WholeAt { at, ..w });
+        true
+    }
+
+    /// Events made whole here, not copied.
+    pub(crate) fn made_here(&self) -> usize {
+        self.made_here
+    }
+
+    /// Bytes of the whole events.
+    pub(crate) fn bytes_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// Whether event `i` was made whole.
