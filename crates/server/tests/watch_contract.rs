@@ -8,7 +8,9 @@
 //! - header.revision says what the watch has sent: in `created` for a start revision, in the
 //!   answer to a client's cancel, in a progress response during an initial state (deferred
 //!   until initial_state_done) and in initial items (0: nothing to resume from yet);
-//! - the history id: a create that names another history is refused, compacted.
+//! - the history id: a create that names another history is refused, compacted;
+//! - with persistence, a stream copies the events another stream's step made whole: a
+//!   prev_kv watch never takes one made without its previous item.
 
 mod common;
 
@@ -384,4 +386,43 @@ async fn a_resume_into_another_history_is_refused() {
     let before = set_x(Server::start_in(dir.path(), &["--persistence", "sync"])).await;
     let after = set_x(Server::start_in(dir.path(), &["--persistence", "sync"])).await;
     assert_eq!(before, after);
+}
+
+/// With persistence a stream copies the events another stream's step made whole (instead of
+/// making them whole again): a watch without prev_kv reads an overwrite first, then a prev_kv
+/// watch from before it must get the previous value, not the copy made without it (taken, it
+/// left the watch an event it cannot send: canceled, compacted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prev_kv_watch_never_takes_an_event_made_whole_without_its_previous_item() {
+    let server = Server::start(&["--persistence", "sync"]);
+    let ch = channel(&server).await;
+    let mut plain = Watch::open(ch.clone(), everything(0, false)).await;
+    assert!(plain.next().await.unwrap().created);
+    let mut kv = KvClient::new(ch.clone());
+    let first = set(&mut kv, "k", b"old".to_vec()).await;
+    let last = set(&mut kv, "k", b"new".to_vec()).await;
+    // The plain watch's steps make both events whole, without previous items.
+    let mut seen = 0;
+    while seen < last {
+        let r = plain.next().await.expect("no stream error");
+        seen = r.events.last().map_or(seen, |e| e.revision);
+    }
+    let mut w = Watch::open(ch.clone(), everything(first, true)).await;
+    assert!(w.next().await.unwrap().created);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let r = w.next().await.expect("no stream error");
+        assert!(!r.canceled, "{r:?}");
+        got.extend(r.events.iter().map(|e| {
+            let prev = e.prev_kv.as_ref().map(|p| p.value.to_vec());
+            (e.revision, e.kv.as_ref().unwrap().value.to_vec(), prev)
+        }));
+    }
+    assert_eq!(
+        got,
+        [
+            (first, b"old".to_vec(), None),
+            (last, b"new".to_vec(), Some(b"old".to_vec()))
+        ]
+    );
 }

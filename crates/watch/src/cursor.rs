@@ -22,6 +22,7 @@ use cairn_store::Revision;
 use crate::event::{Event, EventKind};
 use crate::filter::KeyRange;
 use crate::limits::{MAX_BYTES_PER_RESPONSE, MAX_EVENTS_PER_RESPONSE};
+use crate::step_read::StepRead;
 use crate::wire;
 
 /// A response of events, written from the bytes the hub made for each event once
@@ -42,7 +43,7 @@ pub struct EventBatch {
 /// watches on a prefix, a write is 100 responses of one event each).
 pub(crate) struct Picked {
     /// What the step read, shared by its responses.
-    pub(crate) read: Arc<Vec<Arc<Event>>>,
+    pub(crate) read: Arc<StepRead>,
     /// The events of `read` this response holds.
     pub(crate) which: Which,
 }
@@ -70,7 +71,7 @@ impl EventBatch {
     /// bytes prost writes for the message the events make (crate::wire; the tests compare
     /// them).
     pub fn encode(&self, buf: &mut impl BufMut, history_id: u64) {
-        let parts = self.events.iter().map(|e| e.wire_parts(self.prev_kv));
+        let parts = self.events.parts(self.prev_kv);
         wire::put_events_response(buf, self.watch_id, self.revision, history_id, parts);
     }
 }
@@ -86,14 +87,20 @@ impl Picked {
 
     // Inline (as the rest of what a response's encoding calls): the adapter, in another
     // crate, encodes every response through it.
+    /// The positions in the step's read of the events of this response.
     #[inline]
-    fn iter(&self) -> impl Iterator<Item = &Event> {
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
         let (run, each) = match &self.which {
-            Which::Run(from, to) => (&self.read[*from..*to], &[][..]),
-            Which::Each(at) => (&[][..], &at[..]),
+            Which::Run(from, to) => (*from..*to, &[][..]),
+            Which::Each(at) => (0..0, &at[..]),
         };
-        let each = each.iter().map(|&i| &*self.read[i as usize]);
-        run.iter().map(|e| &**e).chain(each)
+        run.chain(each.iter().map(|&i| i as usize))
+    }
+
+    /// The encoded parts of this response's events ([`StepRead::parts`]).
+    #[inline]
+    fn parts(&self, prev_kv: bool) -> impl Iterator<Item = [&[u8]; 2]> {
+        self.positions().map(move |i| self.read.parts(i, prev_kv))
     }
 }
 
@@ -152,7 +159,7 @@ impl Watcher {
     pub(crate) fn take(
         &mut self,
         id: i64,
-        read: &Arc<Vec<Arc<Event>>>,
+        read: &Arc<StepRead>,
         start: usize,
         next: Revision,
         picked: &mut Vec<u32>,
@@ -160,17 +167,17 @@ impl Watcher {
         let mut cursor = next;
         let mut bytes = 0;
         picked.clear();
-        for (i, e) in read.iter().enumerate().skip(start) {
+        for (i, e) in read.events.iter().enumerate().skip(start) {
             if !self.wants(e) {
                 continue;
             }
-            if e.needs(self.prev_kv) {
+            if read.needs(i, self.prev_kv) {
                 // Not made whole: its record is gone (crate::resolve). Stop before it.
                 self.missing = Some(e.revision);
                 cursor = e.revision;
                 break;
             }
-            let len = e.response_len(self.prev_kv);
+            let len = read.response_len(i, self.prev_kv);
             if !picked.is_empty()
                 && (picked.len() == MAX_EVENTS_PER_RESPONSE || bytes + len > MAX_BYTES_PER_RESPONSE)
             {
@@ -241,7 +248,7 @@ mod tests {
                 Arc::new(Event::from_mutation(&m, rev).unwrap())
             })
             .collect();
-        let read = Arc::new(read);
+        let read = Arc::new(StepRead::new(read));
         let watcher = |prefix: &[u8]| Watcher {
             range: KeyRange::Prefix(Bytes::copy_from_slice(prefix)),
             no_put: false,
@@ -258,7 +265,10 @@ mod tests {
             let EventBatch {
                 events, revision, ..
             } = w.take(7, &read, start, 6, scratch)?;
-            let keys: Vec<Vec<u8>> = events.iter().map(|e| e.key().to_vec()).collect();
+            let keys: Vec<Vec<u8>> = events
+                .positions()
+                .map(|i| events.read.events[i].key().to_vec())
+                .collect();
             Some((keys, revision, matches!(events.which, Which::Run(..))))
         };
         let mut a = watcher(b"a");

@@ -20,7 +20,7 @@ use cairn_persist::record::Record;
 use cairn_store::{DeleteReason, ItemMeta, Mutation, PrevItem, Revision};
 
 use crate::event_bytes::{malloc_bytes, Wire};
-use crate::wire::{self, EventFields, KeyValueFields};
+use crate::wire::{self, EventFields, EventLayout, KeyValueFields};
 
 /// What happened at one revision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +158,90 @@ fn kv_fields<'a>(
     }
 }
 
+/// What encoding a mutation's event takes: its fields, the previous item it holds, and the
+/// previous item's revision (0: there was none).
+struct Fields<'a> {
+    fields: EventFields<'a>,
+    prev: Option<PrevItem<'a>>,
+    prev_revision: Revision,
+}
+
+/// The fields of `m`'s event at `revision` in `shape`; None for a mutation that is no event
+/// (a scheduled flush).
+fn fields_of<'a>(m: &Mutation<'a>, revision: Revision, shape: Shape) -> Option<Fields<'a>> {
+    use pb::event::{DeleteReason as R, EventType as T};
+    let keep_prev = match shape {
+        Shape::Full => true,
+        Shape::Skeleton { keep_prev } => keep_prev,
+    };
+    let skeleton = shape != Shape::Full;
+    let prev_of = |prev: &Option<PrevItem<'a>>| match prev {
+        Some(p) => (p.meta.mod_revision, keep_prev.then_some(*p)),
+        None => (0, None),
+    };
+    // A key alone: a Delete's kv, or a skeleton's.
+    let key_only = |key: &'a [u8]| KeyValueFields {
+        key,
+        value: &[],
+        flags: 0,
+        expires_at: 0,
+        cas: 0,
+        mod_revision: revision,
+        stale: false,
+    };
+    let (kind, kv, prev, reason, key) = match m {
+        Mutation::Stored {
+            key,
+            value,
+            meta,
+            prev,
+        } => {
+            let kv = if skeleton {
+                key_only(key)
+            } else {
+                kv_fields(key, value, meta, revision)
+            };
+            (T::Put, Some(kv), prev_of(prev), R::None, *key)
+        }
+        Mutation::Deleted { key, reason, prev } => {
+            let r = match reason {
+                DeleteReason::Client => R::Client,
+                DeleteReason::Expired => R::Expired,
+                DeleteReason::Evicted => R::Evicted,
+            };
+            (T::Delete, Some(key_only(key)), prev_of(prev), r, *key)
+        }
+        Mutation::Flushed => (T::Flush, None, (0, None), R::Flushed, &[][..]),
+        Mutation::FlushScheduled { .. } => return None,
+    };
+    let (prev_revision, prev) = prev;
+    Some(Fields {
+        fields: EventFields {
+            kind: kind as i32,
+            kv,
+            prev_kv: prev
+                .as_ref()
+                .map(|p| kv_fields(key, p.value, &p.meta, p.meta.mod_revision)),
+            reason: reason as i32,
+            revision,
+        },
+        prev,
+        prev_revision,
+    })
+}
+
+/// Encodes the whole event of `m` at `revision` at the end of `out` (a step's buffer of
+/// events made whole, crate::read); None for a mutation that is no event.
+pub(crate) fn put_whole(
+    m: &Mutation<'_>,
+    revision: Revision,
+    out: &mut Vec<u8>,
+) -> Option<EventLayout> {
+    let f = fields_of(m, revision, Shape::Full)?;
+    out.reserve(f.fields.len());
+    Some(f.fields.encode_into(out))
+}
+
 impl Event {
     /// Builds the event of a store mutation; None for a mutation that is no event (a
     /// scheduled flush: its effect comes later as a Flush).
@@ -173,103 +257,43 @@ impl Event {
         reuse: Box<[u8]>,
         shape: Shape,
     ) -> Option<Event> {
-        use pb::event::{DeleteReason as R, EventType as T};
-        let keep_prev = match shape {
-            Shape::Full => true,
-            Shape::Skeleton { keep_prev } => keep_prev,
-        };
-        let skeleton = shape != Shape::Full;
-        fn prev_of<'a>(
-            prev: &Option<PrevItem<'a>>,
-            keep: bool,
-        ) -> (Revision, Option<PrevItem<'a>>) {
-            match prev {
-                Some(p) => (p.meta.mod_revision, keep.then_some(*p)),
-                None => (0, None),
-            }
-        }
+        let f = fields_of(m, revision, shape)?;
         let event = match m {
             Mutation::Stored {
-                key,
-                value,
-                meta,
-                prev,
+                key, value, meta, ..
             } => {
-                let (prev_revision, prev) = prev_of(prev, keep_prev);
-                let kv = if skeleton {
-                    KeyValueFields {
-                        key,
-                        value: &[],
-                        flags: 0,
-                        expires_at: 0,
-                        cas: 0,
-                        mod_revision: revision,
-                        stale: false,
-                    }
-                } else {
-                    kv_fields(key, value, meta, revision)
-                };
-                let fields = EventFields {
-                    kind: T::Put as i32,
-                    kv: Some(kv),
-                    prev_kv: prev
-                        .as_ref()
-                        .map(|p| kv_fields(key, p.value, &p.meta, p.meta.mod_revision)),
-                    reason: R::None as i32,
-                    revision,
-                };
+                let skeleton = shape != Shape::Full;
                 let mut e = Event::build(
                     revision,
                     EventKind::Put,
-                    &fields,
+                    &f.fields,
                     key.len(),
                     (!skeleton).then_some((value.len(), meta)),
-                    prev.as_ref(),
+                    f.prev.as_ref(),
                     reuse,
                 );
-                e.prev_revision = prev_revision;
+                e.prev_revision = f.prev_revision;
                 e.needs_value = skeleton;
                 e.value_len = value.len() as u32;
                 e
             }
-            Mutation::Deleted { key, reason, prev } => {
-                let (prev_revision, prev) = prev_of(prev, keep_prev);
-                let r = match reason {
-                    DeleteReason::Client => R::Client,
-                    DeleteReason::Expired => R::Expired,
-                    DeleteReason::Evicted => R::Evicted,
-                };
-                let fields = EventFields {
-                    kind: T::Delete as i32,
-                    kv: Some(KeyValueFields {
-                        key,
-                        value: &[],
-                        flags: 0,
-                        expires_at: 0,
-                        cas: 0,
-                        mod_revision: revision,
-                        stale: false,
-                    }),
-                    prev_kv: prev
-                        .as_ref()
-                        .map(|p| kv_fields(key, p.value, &p.meta, p.meta.mod_revision)),
-                    reason: r as i32,
-                    revision,
-                };
+            Mutation::Deleted { key, reason, .. } => {
                 let kind = EventKind::Delete(*reason);
                 let mut e = Event::build(
                     revision,
                     kind,
-                    &fields,
+                    &f.fields,
                     key.len(),
                     None,
-                    prev.as_ref(),
+                    f.prev.as_ref(),
                     reuse,
                 );
-                e.prev_revision = prev_revision;
+                e.prev_revision = f.prev_revision;
                 e
             }
-            Mutation::Flushed => Event::flush(revision, reuse),
+            Mutation::Flushed => {
+                Event::build(revision, EventKind::Flush, &f.fields, 0, None, None, reuse)
+            }
             Mutation::FlushScheduled { .. } => return None,
         };
         Some(event)
@@ -325,18 +349,6 @@ impl Event {
         self.prev.as_ref().map(|p| p.value.of(&self.wire))
     }
 
-    fn flush(revision: Revision, reuse: Box<[u8]>) -> Event {
-        use pb::event::{DeleteReason as R, EventType as T};
-        let fields = EventFields {
-            kind: T::Flush as i32,
-            kv: None,
-            prev_kv: None,
-            reason: R::Flushed as i32,
-            revision,
-        };
-        Event::build(revision, EventKind::Flush, &fields, 0, None, None, reuse)
-    }
-
     /// The event of a command log record read back at `lsn` (history older than the ring);
     /// None for a record that is no event. The log keeps no previous items.
     pub fn from_record(rec: &Record<'_>, lsn: Revision) -> Option<Event> {
@@ -357,13 +369,6 @@ impl Event {
     /// previous item.
     pub(crate) fn needs(&self, prev_kv: bool) -> bool {
         self.needs_value || (prev_kv && self.prev.is_none() && self.prev_revision != 0)
-    }
-
-    /// Bytes this event adds to a response: its field key, its length and its parts.
-    pub(crate) fn response_len(&self, prev_kv: bool) -> usize {
-        let [a, b] = self.wire_parts(prev_kv);
-        let len = a.len() + b.len();
-        1 + prost::encoding::encoded_len_varint(len as u64) + len
     }
 
     /// The encoded parts of this event a response carries ([`crate::wire::event_parts`]):

@@ -59,6 +59,7 @@ use crate::history::{ReadError, Ring};
 use crate::pending::{Pending, Publishing, Slot, FALLEN_MAX};
 use crate::prefetch::prefetch_event;
 use crate::published::Published;
+use crate::recent::Recent;
 use crate::spare::{keep_as_spare, make_event, FALLEN_MAX_EVENT_BYTES};
 use crate::stats::HubStats;
 
@@ -93,6 +94,8 @@ pub struct Hub {
     /// id with persistence (the same across restarts), else drawn at start (revisions start
     /// again from 1).
     history_id: u64,
+    /// The last step's events made whole, shared by the streams (crate::recent).
+    pub(crate) recent: Recent,
 }
 
 impl Hub {
@@ -114,6 +117,7 @@ impl Hub {
             persist: None,
             log_first: AtomicU64::new(0),
             history_id: drawn_id(),
+            recent: Recent::default(),
         }
     }
 

@@ -17,7 +17,10 @@
 //!                                                     ├ steps: step.rs (each event read
 //!                                                     │   once a step, for every watch)
 //!                                                     ├ values of the history's skeletons
-//!                                                     │   (persistence on): resolve.rs
+//!                                                     │   (persistence on): resolve.rs,
+//!                                                     │   into the step's read
+//!                                                     │   (step_read.rs), shared by the
+//!                                                     │   streams (recent.rs)
 //!                                                     ├ watches: cursor.rs, filter.rs
 //!                                                     ├ initial state: initial_state.rs
 //!                                                     └ older events: log_reader.rs
@@ -42,10 +45,12 @@ mod log_reader;
 mod pending;
 mod prefetch;
 mod published;
+mod recent;
 mod resolve;
 mod spare;
 mod stats;
 mod step;
+mod step_read;
 mod stream;
 mod subscriber;
 mod update;

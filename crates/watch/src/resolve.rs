@@ -4,15 +4,17 @@
 //! event's revision, else from the event's record in the command log; its previous item, for
 //! a watch with `prev_kv`, from that item's record. A step reads the records it needs
 //! together, nearby ones in one run (`Persistence::read_revisions`), on a blocking thread.
+//! The whole events are encoded one after the other into the step's one buffer
+//! (crate::step_read): no allocation of their own.
 //!
 //! ```text
 //!   step's read of the ring: [e1 e2 ...] ── wanted by a watch of the stream, and not whole?
-//!     value: store.peek_with(key): mod_revision == revision ─> the event made whole under
-//!            the shard's lock (previous item held or not wanted) ─> done, else copy ──┐
-//!                                  else ─> revisions to read ─────────┤
+//!     value: store.peek_with(key): mod_revision == revision ─> encoded under the shard's
+//!            lock into the step's bytes (previous item held or not wanted) ─> done, else ─┐
+//!                                  revisions to read ─────────────────┤
 //!     prev (a prev_kv watch wants it): prev_revision ─> revisions ───┤
-//!                                        read_revisions (blocking) ──┴─> Event::from_mutation
-//!   ─> the read with whole events in place; one whose record is gone stays a skeleton
+//!                                        read_revisions (blocking) ──┴─> the step's bytes
+//!   ─> the read with whole events beside it; one whose record is gone stays a skeleton
 //!      (crate::cursor stops a watch before it: the stream cancels it, compacted)
 //! ```
 //!
@@ -27,6 +29,7 @@ use cairn_store::{ItemMeta, Mutation, PrevItem, Revision};
 
 use crate::backend::WatchBackend;
 use crate::event::{Event, EventKind};
+use crate::step_read::{Made, StepRead};
 
 /// An item as a record or the store gave it: what an event's kv or prev_kv holds.
 struct Item {
@@ -41,29 +44,47 @@ pub(crate) struct Needs {
     pub(crate) prev: bool,
 }
 
-/// Makes whole, in place, the events of `read` that `needs` (by position) asks for.
-/// Events whose records are gone stay as they are (see the module doc).
-pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut [Arc<Event>], needs: &[Needs]) {
+/// Makes whole the events of `read` that `needs` (by position) asks for, into the step's
+/// bytes (crate::step_read). Events whose records are gone stay as they are (see the module
+/// doc).
+pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut StepRead, needs: &[Needs]) {
+    // Another stream's step may have made the same events whole (crate::recent).
+    let (first, last) = match (read.events.first(), read.events.last()) {
+        (Some(a), Some(b)) => (a.revision, b.revision),
+        _ => return,
+    };
+    let recent = b.hub.recent.get().filter(|r| r.overlaps(first, last));
+    let StepRead { events, made } = read;
+    let count = events.len();
     let mut items: BTreeMap<Revision, Option<Item>> = BTreeMap::new();
     let mut from_log: Vec<Revision> = Vec::new();
-    for (e, n) in read.iter_mut().zip(needs) {
+    for (i, (e, n)) in events.iter().zip(needs).enumerate() {
         let prev_from_log = n.prev && e.prev.is_none() && e.prev_revision != 0;
-        if n.value && e.needs_value && !prev_from_log {
-            // The common case: the store still holds the item, made whole under its shard's
-            // lock straight from the store's bytes (no copy of the value on the way).
-            if let Some(whole) = from_store(b, e) {
-                *e = Arc::new(whole);
+        if let Some(r) = &recent {
+            if (n.value && e.needs_value || prev_from_log)
+                && r.position(e.revision)
+                    .is_some_and(|j| made.copy(count, i, &r.made, j, n.prev))
+            {
                 continue;
             }
         }
         if n.value && e.needs_value {
+            // The common case: the store still holds the item, made whole under its shard's
+            // lock straight from the store's bytes (no copy of the value on the way).
+            if !prev_from_log && from_store(b, made, count, i, e) {
+                continue;
+            }
             let r = e.revision;
-            let held = b.store.peek_with(e.key(), |meta, value| {
-                (meta.mod_revision == r).then(|| Item {
-                    value: value.to_vec(),
-                    meta: *meta,
+            let held = if prev_from_log {
+                b.store.peek_with(e.key(), |meta, value| {
+                    (meta.mod_revision == r).then(|| Item {
+                        value: value.to_vec(),
+                        meta: *meta,
+                    })
                 })
-            });
+            } else {
+                None
+            };
             match held.flatten() {
                 Some(item) => {
                     items.insert(r, Some(item));
@@ -71,7 +92,7 @@ pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut [Arc<Event>], need
                 None => from_log.push(r),
             }
         }
-        if n.prev && e.prev.is_none() && e.prev_revision != 0 {
+        if prev_from_log {
             from_log.push(e.prev_revision);
         }
     }
@@ -85,35 +106,31 @@ pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut [Arc<Event>], need
             items.insert(r, item);
         }
     }
-    for (e, n) in read.iter_mut().zip(needs) {
-        if !(n.value && e.needs_value || n.prev && e.prev.is_none() && e.prev_revision != 0) {
+    for (i, (e, n)) in events.iter().zip(needs).enumerate() {
+        if made.has(i)
+            || !(n.value && e.needs_value || n.prev && e.prev.is_none() && e.prev_revision != 0)
+        {
             continue;
         }
-        if let Some(whole) = whole(e, n, &items) {
-            *e = Arc::new(whole);
-        }
+        whole(made, count, i, e, n, &items);
     }
 }
 
-/// Skeleton `e` made whole from the store, if the key's item still has the event's revision
-/// (its previous item is the one the event holds, if any).
-fn from_store(b: &WatchBackend, e: &Event) -> Option<Event> {
+/// Makes skeleton `e` (event `i` of `count`) whole from the store, if the key's item still
+/// has the event's revision (its previous item is the one the event holds, if any).
+fn from_store(b: &WatchBackend, made: &mut Made, count: usize, i: usize, e: &Event) -> bool {
     let (key, revision) = (e.key(), e.revision);
-    let whole = b.store.peek_with(key, |meta, value| {
-        if meta.mod_revision != revision {
-            return None;
-        }
-        let m = Mutation::Stored {
-            key,
-            value,
-            meta: *meta,
-            prev: e.prev_held(),
-        };
-        Event::from_mutation(&m, revision)
-    })??;
-    let mut whole = whole;
-    whole.prev_revision = e.prev_revision;
-    Some(whole)
+    b.store
+        .peek_with(key, |meta, value| {
+            let m = Mutation::Stored {
+                key,
+                value,
+                meta: *meta,
+                prev: e.prev_held(),
+            };
+            meta.mod_revision == revision && made.put(count, i, e, &m)
+        })
+        .unwrap_or(false)
 }
 
 /// The records of `revisions` (sorted), read on a blocking thread: Stored ones as items, others
@@ -162,13 +179,23 @@ async fn read_records(
     read.unwrap_or_default()
 }
 
-/// `e` made whole with `items` (by revision), or None if an item it needs is not there.
-fn whole(e: &Event, n: &Needs, items: &BTreeMap<Revision, Option<Item>>) -> Option<Event> {
+/// Makes `e` (event `i` of `count`) whole with `items` (by revision); left as it is if an
+/// item it needs is not there.
+fn whole(
+    made: &mut Made,
+    count: usize,
+    i: usize,
+    e: &Event,
+    n: &Needs,
+    items: &BTreeMap<Revision, Option<Item>>,
+) {
     let key = e.key();
     let prev = match e.prev_held() {
         Some(held) => Some(held),
         None if n.prev && e.prev_revision != 0 => {
-            let i = items.get(&e.prev_revision)?.as_ref()?;
+            let Some(Some(i)) = items.get(&e.prev_revision) else {
+                return;
+            };
             Some(PrevItem {
                 value: &i.value,
                 meta: i.meta,
@@ -179,10 +206,15 @@ fn whole(e: &Event, n: &Needs, items: &BTreeMap<Revision, Option<Item>>) -> Opti
     let m = match e.kind {
         EventKind::Put => {
             let (value, meta) = if e.needs_value {
-                let item = items.get(&e.revision)?.as_ref()?;
+                let Some(Some(item)) = items.get(&e.revision) else {
+                    return;
+                };
                 (&item.value[..], item.meta)
             } else {
-                (e.value()?, e.item.as_ref()?.meta(e.revision))
+                match (e.value(), e.item.as_ref()) {
+                    (Some(v), Some(item)) => (v, item.meta(e.revision)),
+                    _ => return,
+                }
             };
             Mutation::Stored {
                 key,
@@ -192,9 +224,7 @@ fn whole(e: &Event, n: &Needs, items: &BTreeMap<Revision, Option<Item>>) -> Opti
             }
         }
         EventKind::Delete(reason) => Mutation::Deleted { key, reason, prev },
-        EventKind::Flush => return None,
+        EventKind::Flush => return,
     };
-    let mut whole = Event::from_mutation(&m, e.revision)?;
-    whole.prev_revision = e.prev_revision;
-    Some(whole)
+    made.put(count, i, e, &m);
 }

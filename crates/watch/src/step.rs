@@ -26,6 +26,7 @@ use crate::history::ReadError;
 use crate::limits::MAX_EVENTS_PER_STEP;
 use crate::log_reader::read_log;
 use crate::resolve::{resolve, Needs};
+use crate::step_read::StepRead;
 use crate::stream::WatchStream;
 use crate::update::Update;
 
@@ -57,16 +58,21 @@ impl<R, E> WatchStream<R, E> {
             return;
         };
         // The ring moved past `from` since `first` was read: the next step reads the log.
-        let Ok((mut read, next)) = self.b.hub.read(from, published, MAX_EVENTS_PER_STEP) else {
+        let Ok((read, next)) = self.b.hub.read(from, published, MAX_EVENTS_PER_STEP) else {
             return;
         };
+        let mut read = StepRead::new(read);
         if self.b.persist.is_some() {
-            let needs = self.needs(&read, published);
+            let needs = self.needs(&read.events, published);
             if needs.iter().any(|n| n.value || n.prev) {
                 resolve(&self.b, &mut read, &needs).await;
             }
         }
         let read = Arc::new(read);
+        if read.made.made_here() > 0 {
+            // For the other streams' steps of the same events (crate::recent).
+            self.b.hub.recent.offer(&read);
+        }
         let ready: Vec<i64> = self
             .watches
             .iter()
@@ -96,11 +102,11 @@ impl<R, E> WatchStream<R, E> {
 
     /// Every response watch `id` makes from `read` (events up to `next` exclusive), queued;
     /// a watch stopped at an event that could not be made whole is canceled, compacted.
-    fn take_all(&mut self, id: i64, read: &Arc<Vec<Arc<Event>>>, next: Revision) {
+    fn take_all(&mut self, id: i64, read: &Arc<StepRead>, next: Revision) {
         let w = self.watches.get_mut(&id).expect("a watch of this stream");
         let (mut responses, mut events) = (0, 0);
         loop {
-            let start = read.partition_point(|e| e.revision < w.cursor);
+            let start = read.events.partition_point(|e| e.revision < w.cursor);
             let r = w.take(id, read, start, next, &mut self.picked);
             let taken = r.is_some();
             if let Some(r) = r {
@@ -166,7 +172,7 @@ impl<R, E> WatchStream<R, E> {
             }
         };
         match read {
-            Ok((read, next)) => self.take_all(id, &Arc::new(read), next),
+            Ok((read, next)) => self.take_all(id, &Arc::new(StepRead::new(read)), next),
             Err((compact_revision, why)) => self.cancel_compacted(id, compact_revision, why),
         }
     }

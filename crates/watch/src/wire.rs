@@ -179,28 +179,28 @@ impl EventFields<'_> {
             + varint_field_len(self.revision)
     }
 
-    /// Encodes the event into `bytes`, which must be empty.
+    /// Encodes the event at the end of `bytes`; the layout's offsets count from where the
+    /// event starts.
     pub(crate) fn encode_into(&self, bytes: &mut impl Out) -> EventLayout {
-        assert_eq!(
-            bytes.written(),
-            0,
-            "an event is encoded from the buffer's start"
-        );
+        let base = bytes.written();
         // Enum fields are int32: a negative one would take 10 bytes; these never are.
         put_varint_field(bytes, 1, self.kind as u64);
         let (key_at, value_at) = match &self.kv {
-            Some(kv) => kv.put_as_field(bytes, 2),
+            Some(kv) => {
+                let (k, v) = kv.put_as_field(bytes, 2);
+                (k - base, v - base)
+            }
             None => (0, 0),
         };
-        let prev_at = bytes.written();
+        let prev_at = bytes.written() - base;
         let prev_value_at = match &self.prev_kv {
-            Some(kv) => kv.put_as_field(bytes, 3).1,
+            Some(kv) => kv.put_as_field(bytes, 3).1 - base,
             None => 0,
         };
-        let tail_at = bytes.written();
+        let tail_at = bytes.written() - base;
         put_varint_field(bytes, 4, self.reason as u64);
         put_varint_field(bytes, 5, self.revision);
-        debug_assert_eq!(bytes.written(), self.len());
+        debug_assert_eq!(bytes.written() - base, self.len());
         EventLayout {
             prev_at,
             tail_at,
