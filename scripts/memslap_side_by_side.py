@@ -14,29 +14,98 @@ watch open, each such set makes a watch event (with persistence off holding the 
 value); with nobody watching it makes none. Compare with `LABEL=PATH --grpc-listen off` to see
 what the API costs a set (docs/PERFORMANCE.md, "Cache").
 
+`--watchers N` opens N watches on every key before each cairn server's tests: N processes of
+`cairnctl --endpoint ADDR watch ""` (the empty prefix matches every key; `--cairnctl`, default
+target/release/cairnctl; their output to /dev/null), started once the server is ready and
+stopped after its get test. The script waits until the server's `stats grpc` counts N watches
+(grpc_watches) before the load starts. ADDR is the server's `--grpc-listen` when its
+arguments name one; otherwise the script adds `--grpc-listen 127.0.0.1:FREE` (a free port:
+the default, memcached's port + 38840, lies past 65535 for the free ports the OS hands out, so
+the server would pick one nobody can know). Servers with `--grpc-listen off`, and memcached,
+get no watchers. The watchers run on the same cores as the server and memslap.
+
 For each round and server (-t 2, a free loopback port), memslap's `set` test and then its
 `get` test run; the server's utime + stime (procfs) and its own op count (`stats` cmd_get +
 cmd_set) are read around each test, and memslap's reported time gives the ops/s.
 
     python3 scripts/memslap_side_by_side.py --rounds 3 --connections 50
+    python3 scripts/memslap_side_by_side.py --rounds 3 --connections 50 --watchers 10 \
+        --servers "api-on=target/release/cairn,memcached"
 """
 
 import argparse
 import os
 import re
+import shlex
+import socket
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_request_path import cpu_secs, free_port, ops, start  # noqa: E402
 
 
+def grpc_address(name, args):
+    """(the server spec to start, the gRPC address to watch or None) for --watchers."""
+    if args.watchers == 0 or name == "memcached":
+        return name, None
+    label, _, rest = name.partition("=")
+    words = shlex.split(rest) if rest else [args.cairn_bin]
+    if "--grpc-listen" in words:
+        addr = words[words.index("--grpc-listen") + 1]
+        return name, None if addr == "off" else addr
+    addr = f"127.0.0.1:{free_port()}"
+    return f"{label}={shlex.join(words + ['--grpc-listen', addr])}", addr
+
+
+def watches_open(port):
+    """The server's `stats grpc` grpc_watches: the watches open."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"stats grpc\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    m = re.search(rb"^STAT grpc_watches (\d+)", buf, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def open_watchers(args, port, addr):
+    """Starts --watchers cairnctl watches of every key on `addr`; returns once the server
+    counts them all open."""
+    procs = [subprocess.Popen([args.cairnctl, "--endpoint", addr, "watch", ""],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(args.watchers)]
+    delay = 0.01
+    while watches_open(port) < args.watchers:
+        if any(p.poll() is not None for p in procs):
+            close_watchers(procs)
+            sys.exit(f"a cairnctl watch on {addr} exited before its watch opened")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return procs
+
+
+def close_watchers(procs):
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+
+
 def run(name, args):
     port = free_port()
+    name, watch_addr = grpc_address(name, args)
     server = start(name, args, port)
     rows = []
+    watchers = []
     try:
+        if watch_addr:
+            watchers = open_watchers(args, port, watch_addr)
         for test in ("set", "get"):
             ops0, cpu0 = ops(port), cpu_secs(server.pid)
             out = subprocess.run(["memcslap", "-s", f"127.0.0.1:{port}", "-t", test, "-N",
@@ -54,6 +123,7 @@ def run(name, args):
                          "cpu_us_per_op": cpu * 1e6 / n})
         return rows
     finally:
+        close_watchers(watchers)
         server.terminate()
         server.wait()
 
@@ -66,13 +136,17 @@ def main():
     ap.add_argument("--connections", type=int, default=50, help="memslap threads")
     ap.add_argument("--execute", type=int, default=4000, help="ops per memslap thread")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--watchers", type=int, default=0,
+                    help="cairnctl watches of every key on each cairn server with the API on")
+    ap.add_argument("--cairnctl", default="target/release/cairnctl")
     args = ap.parse_args()
     rows = []
     for _ in range(args.rounds):
         for name in args.servers.split(","):
             rows.extend(run(name, args))
             print(rows[-2:], file=sys.stderr)
-    print(f"memslap, {args.connections} connections, {args.execute} ops each, medians of "
+    print(f"memslap, {args.connections} connections, {args.execute} ops each, "
+          f"{args.watchers} watchers of every key on each cairn with the API on, medians of "
           f"{args.rounds} alternating rounds:\n")
     print("| test | server | ops/s | server CPU us/op |")
     print("|---|---|---|---|")
