@@ -15,10 +15,16 @@ value); with nobody watching it makes none. Compare with `LABEL=PATH --grpc-list
 what the API costs a set (docs/PERFORMANCE.md, "Cache").
 
 `--watchers N` opens N watches on every key before each cairn server's tests: N processes of
-`cairnctl --endpoint ADDR watch ""` (the empty prefix matches every key; `--cairnctl`, default
-target/release/cairnctl; their output to /dev/null), started once the server is ready and
-stopped after its get test. The script waits until the server's `stats grpc` counts N watches
-(grpc_watches) before the load starts. ADDR is the server's `--grpc-listen` when its
+`cairnctl --endpoint ADDR watch "" --relist` (the empty prefix matches every key; `--cairnctl`,
+default target/release/cairnctl; their output to /dev/null), started once the server is ready
+and stopped after its get test. The script waits until the server's `stats grpc` counts N
+watches (grpc_watches) before the load starts, and reports the watch events the server sent
+per op (grpc_watch_events_sent), the items it listed again per op
+(grpc_watch_initial_items_sent) and the fewest watches still open after a test. `--relist`
+keeps a watch that fell behind the server's history open (it lists every key again and goes
+on, as a client that must see every key would): on 2 shared cores the watchers print slower
+than memslap overwrites values of up to 5 KB, and without it each stops at the first gap
+(after about 5% of the sets). ADDR is the server's `--grpc-listen` when its
 arguments name one; otherwise the script adds `--grpc-listen 127.0.0.1:FREE` (a free port:
 the default, memcached's port + 38840, lies past 65535 for the free ports the OS hands out, so
 the server would pick one nobody can know). Servers with `--grpc-listen off`, and memcached,
@@ -60,8 +66,9 @@ def grpc_address(name, args):
     return f"{label}={shlex.join(words + ['--grpc-listen', addr])}", addr
 
 
-def watches_open(port):
-    """The server's `stats grpc` grpc_watches: the watches open."""
+def watch_stats(port):
+    """(watches open, watch events sent so far, initial-state items sent so far) from the
+    server's `stats grpc`."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"stats grpc\r\n")
         buf = b""
@@ -70,18 +77,21 @@ def watches_open(port):
             if not chunk:
                 break
             buf += chunk
-    m = re.search(rb"^STAT grpc_watches (\d+)", buf, re.M)
-    return int(m.group(1)) if m else 0
+    def stat(name):
+        m = re.search(rb"^STAT " + name + rb" (\d+)", buf, re.M)
+        return int(m.group(1)) if m else 0
+    return (stat(b"grpc_watches"), stat(b"grpc_watch_events_sent"),
+            stat(b"grpc_watch_initial_items_sent"))
 
 
 def open_watchers(args, port, addr):
     """Starts --watchers cairnctl watches of every key on `addr`; returns once the server
     counts them all open."""
-    procs = [subprocess.Popen([args.cairnctl, "--endpoint", addr, "watch", ""],
+    procs = [subprocess.Popen([args.cairnctl, "--endpoint", addr, "watch", "", "--relist"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for _ in range(args.watchers)]
     delay = 0.01
-    while watches_open(port) < args.watchers:
+    while watch_stats(port)[0] < args.watchers:
         if any(p.poll() is not None for p in procs):
             close_watchers(procs)
             sys.exit(f"a cairnctl watch on {addr} exited before its watch opened")
@@ -108,10 +118,12 @@ def run(name, args):
             watchers = open_watchers(args, port, watch_addr)
         for test in ("set", "get"):
             ops0, cpu0 = ops(port), cpu_secs(server.pid)
+            _, sent0, items0 = watch_stats(port) if watchers else (0, 0, 0)
             out = subprocess.run(["memcslap", "-s", f"127.0.0.1:{port}", "-t", test, "-N",
                                   "-c", str(args.connections), "-e", str(args.execute)],
                                  capture_output=True, text=True)
             ops1, cpu1 = ops(port), cpu_secs(server.pid)
+            open1, sent1, items1 = watch_stats(port) if watchers else (0, 0, 0)
             m = re.search(rf"Time to {test}\s+(\d+) keys by\s+\d+ threads:\s+([\d.]+) seconds",
                           out.stdout)
             if not m:
@@ -120,7 +132,9 @@ def run(name, args):
             cpu = (cpu1[0] - cpu0[0]) + (cpu1[1] - cpu0[1])
             rows.append({"server": name.split("=", 1)[0], "test": test,
                          "ops_per_s": int(m.group(1)) / float(m.group(2)),
-                         "cpu_us_per_op": cpu * 1e6 / n})
+                         "cpu_us_per_op": cpu * 1e6 / n,
+                         "watchers": bool(watchers), "events_per_op": (sent1 - sent0) / n,
+                         "relisted_per_op": (items1 - items0) / n, "watches_open": open1})
         return rows
     finally:
         close_watchers(watchers)
@@ -148,13 +162,19 @@ def main():
     print(f"memslap, {args.connections} connections, {args.execute} ops each, "
           f"{args.watchers} watchers of every key on each cairn with the API on, medians of "
           f"{args.rounds} alternating rounds:\n")
-    print("| test | server | ops/s | server CPU us/op |")
-    print("|---|---|---|---|")
+    print("| test | server | ops/s | server CPU us/op | watch events sent per op "
+          "| items relisted per op | watches open after |")
+    print("|---|---|---|---|---|---|---|")
     for test in ("set", "get"):
         for name in dict.fromkeys(r["server"] for r in rows):
             mine = [r for r in rows if r["server"] == name and r["test"] == test]
+            watch = "| - | - | - |"
+            if mine[0]["watchers"]:
+                watch = (f"| {statistics.median(r['events_per_op'] for r in mine):.2f} "
+                         f"| {statistics.median(r['relisted_per_op'] for r in mine):.2f} "
+                         f"| {min(r['watches_open'] for r in mine)} |")
             print(f"| {test} | {name} | {statistics.median(r['ops_per_s'] for r in mine):,.0f} | "
-                  f"{statistics.median(r['cpu_us_per_op'] for r in mine):.2f} |")
+                  f"{statistics.median(r['cpu_us_per_op'] for r in mine):.2f} {watch}")
 
 
 if __name__ == "__main__":
