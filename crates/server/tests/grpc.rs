@@ -10,6 +10,8 @@
 //!   system holds the sync, then the power fails).
 
 mod common;
+#[path = "common/watch.rs"]
+mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,56 +23,9 @@ use common::Server;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
+use watch::{channel, Watch};
 
 type Mirror = BTreeMap<Vec<u8>, Vec<u8>>;
-
-async fn channel(server: &Server) -> Channel {
-    let addr = server.grpc_addr.expect("gRPC is on");
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connect")
-}
-
-/// A watch stream: requests in through `tx`, responses out of `rx`.
-struct Watch {
-    tx: mpsc::Sender<pb::WatchRequest>,
-    rx: tonic::Streaming<pb::WatchResponse>,
-}
-
-impl Watch {
-    /// A watch stream with its create request sent; the created response is not read yet.
-    async fn open_raw(ch: Channel, create: pb::WatchCreateRequest) -> Watch {
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(pb::WatchRequest {
-            request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
-        })
-        .await
-        .unwrap();
-        let rx = WatchClient::new(ch)
-            .watch(ReceiverStream::new(rx))
-            .await
-            .expect("watch")
-            .into_inner();
-        Watch { tx, rx }
-    }
-
-    async fn open(ch: Channel, create: pb::WatchCreateRequest) -> Watch {
-        let mut w = Watch::open_raw(ch, create).await;
-        let first = w.next().await;
-        assert!(first.created && !first.canceled, "{first:?}");
-        w
-    }
-
-    async fn next(&mut self) -> pb::WatchResponse {
-        tokio::time::timeout(Duration::from_secs(30), self.rx.message())
-            .await
-            .expect("a response within 30 s (a safety net, not a wait)")
-            .expect("stream ok")
-            .expect("stream open")
-    }
-}
 
 async fn scan_all(kv: &mut KvClient<Channel>, prefix: &[u8]) -> (Mirror, u64) {
     let mut out = Mirror::new();

@@ -13,63 +13,13 @@
 //!   prev_kv watch never takes one made without its previous item.
 
 mod common;
+#[path = "common/watch.rs"]
+mod watch;
 
-use std::time::Duration;
-
-use cairn_api::pb::{self, kv_client::KvClient, watch_client::WatchClient};
+use cairn_api::pb::{self, kv_client::KvClient};
 use common::Server;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
-
-async fn channel(server: &Server) -> Channel {
-    let addr = server.grpc_addr.expect("gRPC is on");
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connect")
-}
-
-/// A watch stream: requests in through `tx`, responses out of `rx`.
-struct Watch {
-    tx: mpsc::Sender<pb::WatchRequest>,
-    rx: tonic::Streaming<pb::WatchResponse>,
-}
-
-impl Watch {
-    async fn open(ch: Channel, create: pb::WatchCreateRequest) -> Watch {
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(pb::WatchRequest {
-            request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
-        })
-        .await
-        .unwrap();
-        let rx = WatchClient::new(ch)
-            .max_decoding_message_size(16 << 20)
-            .watch(ReceiverStream::new(rx))
-            .await
-            .expect("watch")
-            .into_inner();
-        Watch { tx, rx }
-    }
-
-    async fn next(&mut self) -> Result<pb::WatchResponse, tonic::Status> {
-        tokio::time::timeout(Duration::from_secs(60), self.rx.message())
-            .await
-            .expect("a response within 60 s (a safety net, not a wait)")
-            .map(|m| m.expect("stream open"))
-    }
-
-    async fn send(&self, r: pb::watch_request::RequestUnion) {
-        self.tx
-            .send(pb::WatchRequest {
-                request_union: Some(r),
-            })
-            .await
-            .unwrap();
-    }
-}
+use watch::{channel, Watch};
 
 fn everything(start_revision: u64, prev_kv: bool) -> pb::WatchCreateRequest {
     pb::WatchCreateRequest {
@@ -114,8 +64,8 @@ async fn a_prev_kv_watch_over_a_large_overwrite_gets_every_event() {
     let server = Server::start(&["--persistence", "off", "-m", "256"]);
     let ch = channel(&server).await;
     // A watch starts the history (without one, nothing is kept).
-    let mut first = Watch::open(ch.clone(), everything(0, false)).await;
-    assert!(first.next().await.unwrap().created);
+    let mut first = Watch::open_raw(ch.clone(), everything(0, false)).await;
+    assert!(first.response().await.unwrap().created);
     let mut kv = KvClient::new(ch.clone()).max_decoding_message_size(16 << 20);
     set(&mut kv, "big", vec![b'a'; 900_000]).await;
     let from = set(&mut kv, "s/0", vec![b's'; 1000]).await;
@@ -123,12 +73,12 @@ async fn a_prev_kv_watch_over_a_large_overwrite_gets_every_event() {
         set(&mut kv, &format!("s/{i}"), vec![b's'; 1000]).await;
     }
     let last = set(&mut kv, "big", vec![b'b'; 900_000]).await;
-    let mut w = Watch::open(ch.clone(), everything(from, true)).await;
-    let created = w.next().await.expect("the created response");
+    let mut w = Watch::open_raw(ch.clone(), everything(from, true)).await;
+    let created = w.response().await.expect("the created response");
     assert!(created.created && !created.canceled, "{created:?}");
     let mut seen = Vec::new();
     while seen.last().is_none_or(|&r| r < last) {
-        let r = w.next().await.expect("no stream error");
+        let r = w.response().await.expect("no stream error");
         assert!(!r.canceled, "{r:?}");
         for e in &r.events {
             seen.push(e.revision);
@@ -149,7 +99,7 @@ async fn events_behind_the_history_are_read_from_the_log_once() {
     let server = Server::start(&["--persistence", "sync", "--watch-history-mb", "1"]);
     let ch = channel(&server).await;
     // A watch first, so that the in-memory history runs and is passed (its first MiB).
-    let mut idle = Watch::open(
+    let mut idle = Watch::open_raw(
         ch.clone(),
         pb::WatchCreateRequest {
             key: b"nothing".to_vec().into(),
@@ -157,7 +107,7 @@ async fn events_behind_the_history_are_read_from_the_log_once() {
         },
     )
     .await;
-    assert!(idle.next().await.unwrap().created);
+    assert!(idle.response().await.unwrap().created);
     let n = 40_000u64;
     let mut c = server.connect();
     let mut batch = Vec::new();
@@ -179,7 +129,7 @@ async fn events_behind_the_history_are_read_from_the_log_once() {
             pb::WatchProgressRequest {},
         ))
         .await;
-        let r = idle.next().await.unwrap();
+        let r = idle.response().await.unwrap();
         if r.header.map_or(0, |h| h.revision) >= last {
             break;
         }
@@ -190,12 +140,12 @@ async fn events_behind_the_history_are_read_from_the_log_once() {
         "the history moved past revision 1"
     );
     let from_log_before = stat(&server, "grpc_watch_events_from_log");
-    let mut w = Watch::open(ch, everything(1, false)).await;
-    assert!(w.next().await.unwrap().created);
+    let mut w = Watch::open_raw(ch, everything(1, false)).await;
+    assert!(w.response().await.unwrap().created);
     let mut received = 0u64;
     let mut next = 1;
     while next <= last {
-        let r = w.next().await.expect("no stream error");
+        let r = w.response().await.expect("no stream error");
         assert!(!r.canceled, "{r:?}");
         for e in &r.events {
             assert_eq!(e.revision, next, "in order, none missing or twice");
@@ -237,11 +187,11 @@ async fn created_says_nothing_was_sent_yet() {
     let server = Server::start(&["--persistence", "sync"]);
     let ch = channel(&server).await;
     load(&server, 2_000, 20);
-    let mut w = Watch::open(ch.clone(), everything(7, false)).await;
-    let created = w.next().await.unwrap();
+    let mut w = Watch::open_raw(ch.clone(), everything(7, false)).await;
+    let created = w.response().await.unwrap();
     assert!(created.created);
     assert_eq!(created.header.unwrap().revision, 6, "the one before 7");
-    let mut w = Watch::open(
+    let mut w = Watch::open_raw(
         ch,
         pb::WatchCreateRequest {
             key: b"k1".to_vec().into(),
@@ -250,7 +200,7 @@ async fn created_says_nothing_was_sent_yet() {
         },
     )
     .await;
-    let created = w.next().await.unwrap();
+    let created = w.response().await.unwrap();
     assert!(created.created);
     assert_eq!(
         created.header.unwrap().revision,
@@ -267,11 +217,11 @@ async fn a_clients_cancel_says_the_last_event_sent() {
     let server = Server::start(&["--persistence", "sync"]);
     let ch = channel(&server).await;
     load(&server, 20_000, 2_000);
-    let mut w = Watch::open(ch.clone(), everything(1, false)).await;
-    let created = w.next().await.unwrap();
+    let mut w = Watch::open_raw(ch.clone(), everything(1, false)).await;
+    let created = w.response().await.unwrap();
     assert!(created.created);
     // Take one response, then cancel: the answer says what was sent before it.
-    let first = w.next().await.unwrap();
+    let first = w.response().await.unwrap();
     let mut sent = first.events.last().unwrap().revision;
     w.send(pb::watch_request::RequestUnion::CancelRequest(
         pb::WatchCancelRequest {
@@ -280,7 +230,7 @@ async fn a_clients_cancel_says_the_last_event_sent() {
     ))
     .await;
     loop {
-        let r = w.next().await.unwrap();
+        let r = w.response().await.unwrap();
         if r.canceled {
             assert_eq!(r.header.unwrap().revision, sent, "the last event sent");
             assert!(sent < 20_000, "the watch was behind");
@@ -298,7 +248,7 @@ async fn progress_waits_for_the_initial_state() {
     let server = Server::start(&["--persistence", "off", "-m", "512"]);
     let ch = channel(&server).await;
     load(&server, 200_000, 20);
-    let mut w = Watch::open(
+    let mut w = Watch::open_raw(
         ch,
         pb::WatchCreateRequest {
             key: Vec::new().into(),
@@ -314,7 +264,7 @@ async fn progress_waits_for_the_initial_state() {
     .await;
     let mut done = None;
     loop {
-        let r = w.next().await.unwrap();
+        let r = w.response().await.unwrap();
         let revision = r.header.as_ref().unwrap().revision;
         if r.created {
             continue;
@@ -338,8 +288,8 @@ async fn progress_waits_for_the_initial_state() {
 async fn a_resume_into_another_history_is_refused() {
     let server = Server::start(&["--persistence", "off"]);
     let ch = channel(&server).await;
-    let mut w = Watch::open(ch.clone(), everything(0, false)).await;
-    let created = w.next().await.unwrap();
+    let mut w = Watch::open_raw(ch.clone(), everything(0, false)).await;
+    let created = w.response().await.unwrap();
     let history = created.header.unwrap().history_id;
     assert_ne!(history, 0);
     let mut kv = KvClient::new(ch.clone());
@@ -353,17 +303,17 @@ async fn a_resume_into_another_history_is_refused() {
         .unwrap()
         .into_inner();
     assert_eq!(r.header.unwrap().history_id, history);
-    let e = w.next().await.unwrap();
+    let e = w.response().await.unwrap();
     assert_eq!(e.header.unwrap().history_id, history, "events' headers too");
     let resume = |history_id| pb::WatchCreateRequest {
         history_id,
         ..everything(r.mod_revision, false)
     };
-    let mut same = Watch::open(ch.clone(), resume(history)).await;
-    let ok = same.next().await.unwrap();
+    let mut same = Watch::open_raw(ch.clone(), resume(history)).await;
+    let ok = same.response().await.unwrap();
     assert!(ok.created && !ok.canceled, "{ok:?}");
-    let mut other = Watch::open(ch, resume(history ^ 2)).await;
-    let refused = other.next().await.unwrap();
+    let mut other = Watch::open_raw(ch, resume(history ^ 2)).await;
+    let refused = other.response().await.unwrap();
     assert!(refused.created && refused.canceled, "{refused:?}");
     assert!(refused.compact_revision > 0 && refused.cancel_reason.contains("history_id"));
     drop((w, same, other, kv));
@@ -396,22 +346,22 @@ async fn a_resume_into_another_history_is_refused() {
 async fn a_prev_kv_watch_never_takes_an_event_made_whole_without_its_previous_item() {
     let server = Server::start(&["--persistence", "sync"]);
     let ch = channel(&server).await;
-    let mut plain = Watch::open(ch.clone(), everything(0, false)).await;
-    assert!(plain.next().await.unwrap().created);
+    let mut plain = Watch::open_raw(ch.clone(), everything(0, false)).await;
+    assert!(plain.response().await.unwrap().created);
     let mut kv = KvClient::new(ch.clone());
     let first = set(&mut kv, "k", b"old".to_vec()).await;
     let last = set(&mut kv, "k", b"new".to_vec()).await;
     // The plain watch's steps make both events whole, without previous items.
     let mut seen = 0;
     while seen < last {
-        let r = plain.next().await.expect("no stream error");
+        let r = plain.response().await.expect("no stream error");
         seen = r.events.last().map_or(seen, |e| e.revision);
     }
-    let mut w = Watch::open(ch.clone(), everything(first, true)).await;
-    assert!(w.next().await.unwrap().created);
+    let mut w = Watch::open_raw(ch.clone(), everything(first, true)).await;
+    assert!(w.response().await.unwrap().created);
     let mut got = Vec::new();
     while got.len() < 2 {
-        let r = w.next().await.expect("no stream error");
+        let r = w.response().await.expect("no stream error");
         assert!(!r.canceled, "{r:?}");
         got.extend(r.events.iter().map(|e| {
             let prev = e.prev_kv.as_ref().map(|p| p.value.to_vec());
