@@ -45,6 +45,9 @@ import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from server_util import MemcachedText as Memcached  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = "cairn"
 # Grafana's $__rate_interval is at least four scrape intervals; the test scrapes every second.
@@ -100,42 +103,6 @@ def start_cairn(binary, tmp, name="data", replica_of=None):
     # Keep draining stdout so the server never blocks on a full pipe.
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
     return proc, addrs
-
-
-def hostport(addr):
-    host, port = addr.rsplit(":", 1)
-    return host, int(port)
-
-
-class Memcached:
-    """A few lines of the text protocol: enough to move the counters."""
-
-    def __init__(self, addr):
-        self.sock = socket.create_connection(hostport(addr), timeout=10)
-        self.buf = b""
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("cairn closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def call(self, cmd, data=None, until=None):
-        """Sends a command; reads one reply line, or lines up to `until`."""
-        out = cmd.encode() + b"\r\n"
-        if data is not None:
-            out += data + b"\r\n"
-        self.sock.sendall(out)
-        lines = [self.line()]
-        while until is not None and lines[-1] != until:
-            lines.append(self.line())
-        return lines
-
-    def close(self):
-        self.sock.close()
 
 
 def fill_past_memory(addr, errors):

@@ -28,12 +28,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from server_util import MemcachedText as Memcached  # noqa: E402
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -67,38 +69,6 @@ def start_cairn(binary, tmp, name, extra):
         raise SystemExit(f"cairn ({name}) exited before it was ready (log: {tmp}/{name}.log)")
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
     return proc, addrs
-
-
-class Memcached:
-    """A few lines of the text protocol."""
-
-    def __init__(self, addr):
-        host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.buf = b""
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("cairn closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def call(self, cmd, data=None, until=None):
-        out = cmd.encode() + b"\r\n"
-        if data is not None:
-            out += data + b"\r\n"
-        self.sock.sendall(out)
-        lines = [self.line()]
-        while until is not None and lines[-1] != until:
-            lines.append(self.line())
-        return lines
-
-    def stats(self, group=""):
-        lines = self.call(f"stats {group}".strip(), until=b"END")[:-1]
-        return {l.split(b" ")[1].decode(): l.split(b" ", 2)[2].decode() for l in lines}
 
 
 def fill_past_memory(addr):
