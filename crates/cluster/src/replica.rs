@@ -436,9 +436,9 @@ async fn follow_once(
                 })
                 .max()
                 .unwrap_or(0);
-            // A full copy of a primary that holds nothing yet (revision 0) is a position in
-            // its log too: written, so that this member may be elected in a new group.
-            if revision > held || (done.is_some() && held == 0) {
+            // The end of a full copy is always a position in the primary's log, even of one
+            // that holds nothing yet (revision 0): so a member of a new group may be elected.
+            if revision > held || done.is_some() {
                 held = revision;
                 told = false;
                 fig.applied_revision.store(revision, Ordering::Relaxed);
