@@ -53,6 +53,8 @@ mod step;
 mod step_read;
 mod stream;
 mod subscriber;
+#[cfg(test)]
+mod test_items;
 mod update;
 mod wire;
 

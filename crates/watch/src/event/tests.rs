@@ -2,32 +2,12 @@
 //! against prost's.
 
 use bytes::Bytes;
-use cairn_store::{DeleteReason, ItemMeta, Mutation, PrevItem, Revision};
+use cairn_store::{DeleteReason, Mutation, PrevItem};
 
 use super::*;
 use crate::event_bytes::{malloc_bytes, Wire, CHUNK_BYTES};
 
-fn meta(rev: Revision) -> ItemMeta {
-    ItemMeta {
-        flags: 1,
-        exptime: 0,
-        cas: 9,
-        last_access: 0,
-        fetched: false,
-        stale: false,
-        win_sent: false,
-        mod_revision: rev,
-    }
-}
-
-fn put<'a>(key: &'a [u8], value: &'a [u8]) -> Mutation<'a> {
-    Mutation::Stored {
-        key,
-        value,
-        meta: meta(0),
-        prev: None,
-    }
-}
+use crate::test_items::{meta, put};
 
 /// Events longer than [`CHUNKED_MIN`] made on one thread lie one after the other in its
 /// chunk; a short one has bytes of its own, and one past a quarter of a chunk a chunk of

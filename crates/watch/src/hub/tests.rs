@@ -4,32 +4,12 @@
 use std::cell::Cell;
 
 use cairn_persist::LogObserver;
-use cairn_store::{ItemMeta, Mutation, MutationSink, PrevItem, Revision};
+use cairn_store::{Mutation, MutationSink, PrevItem, Revision};
 
 use super::*;
 use crate::event_bytes::FRESH_ALLOCATIONS;
 
-fn meta(rev: Revision) -> ItemMeta {
-    ItemMeta {
-        flags: 1,
-        exptime: 0,
-        cas: 9,
-        last_access: 0,
-        fetched: false,
-        stale: false,
-        win_sent: false,
-        mod_revision: rev,
-    }
-}
-
-fn put<'a>(key: &'a [u8], value: &'a [u8]) -> Mutation<'a> {
-    Mutation::Stored {
-        key,
-        value,
-        meta: meta(0),
-        prev: None,
-    }
-}
+use crate::test_items::{meta, put};
 
 fn revisions(hub: &Hub, from: Revision) -> Vec<Revision> {
     let (events, _) = hub.read(from, hub.published(), usize::MAX).unwrap();
