@@ -347,7 +347,11 @@ async fn follow_once(
                 Ok(Some(i)) => {
                     fig.primary_revision.store(i.revision, Ordering::Relaxed);
                     if complete {
-                        // What could not be confirmed earlier (the lease lapsed) is now.
+                        // Each of the primary's ticks is answered with what is held: what
+                        // could not be confirmed earlier (the lease lapsed) is now, and a
+                        // primary that lost count of this replica (an old stream of ours
+                        // ended after this one began) counts it again.
+                        told = false;
                         confirm(held, &mut told)?;
                     }
                     continue;

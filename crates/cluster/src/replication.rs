@@ -96,6 +96,8 @@ struct Follower {
     acked: u64,
     /// The term it follows (acks of another term are ignored).
     term: u64,
+    /// Its newest Follow stream: only that stream's end forgets it.
+    stream: u64,
 }
 
 /// The in-sync set a group's primary waits for, with what it needs to keep it.
@@ -414,17 +416,20 @@ impl cairn_grpc::ReplicaAcks for Replication {
         self.lineage.lock().resume_from(log_id, revision)
     }
 
-    fn acked(&self, replica: &str, durable_revision: u64, term: u64) {
+    fn acked(&self, replica: &str, stream: u64, durable_revision: u64, term: u64) {
         if term != self.term() {
             return;
         }
         {
             let mut r = self.replicas.lock();
-            let f = r
-                .entry(replica.to_string())
-                .or_insert(Follower { acked: 0, term });
+            let f = r.entry(replica.to_string()).or_insert(Follower {
+                acked: 0,
+                term,
+                stream,
+            });
             f.acked = f.acked.max(durable_revision);
             f.term = term;
+            f.stream = f.stream.max(stream);
         }
         {
             let mut s = self.in_sync.lock();
@@ -436,8 +441,11 @@ impl cairn_grpc::ReplicaAcks for Replication {
         self.recompute();
     }
 
-    fn gone(&self, replica: &str) {
-        self.replicas.lock().remove(replica);
+    fn gone(&self, replica: &str, stream: u64) {
+        let mut r = self.replicas.lock();
+        if r.get(replica).is_some_and(|f| f.stream == stream) {
+            r.remove(replica);
+        }
     }
 }
 
@@ -500,7 +508,7 @@ mod tests {
     #[test]
     fn in_a_group_every_in_sync_replica_must_hold_a_write() {
         let r = group_primary(ReplicationMode::Sync);
-        r.acked("a", 10, 5);
+        r.acked("a", 1, 10, 5);
         assert_eq!(
             r.committed(),
             0,
@@ -511,25 +519,25 @@ mod tests {
         assert_eq!(change.add, vec!["a".to_string()]);
         assert_eq!(r.add_in_sync(&change.add), vec!["a".to_string()]);
         assert_eq!(r.committed(), 10);
-        r.acked("b", 9, 5);
+        r.acked("b", 1, 9, 5);
         assert!(
             r.add_in_sync(&["b".to_string()]).is_empty(),
             "b lacks 10, which is committed"
         );
-        r.acked("b", 10, 5);
+        r.acked("b", 1, 10, 5);
         assert_eq!(r.add_in_sync(&["b".to_string()]), vec!["b".to_string()]);
-        r.acked("a", 20, 5);
+        r.acked("a", 1, 20, 5);
         assert_eq!(r.committed(), 10, "b holds only up to 10");
-        r.acked("b", 15, 5);
+        r.acked("b", 1, 15, 5);
         assert_eq!(r.committed(), 15);
         // An ack of another term counts for nothing.
-        r.acked("b", 30, 4);
+        r.acked("b", 1, 30, 4);
         assert_eq!(r.committed(), 15);
         // b leaves the set: a alone rules.
         r.remove_in_sync(&["b".to_string()]);
         assert_eq!(r.committed(), 20);
         // A replica behind what is committed cannot join (it would miss acknowledged writes).
-        r.acked("c", 12, 5);
+        r.acked("c", 1, 12, 5);
         assert!(r.add_in_sync(&["c".to_string()]).is_empty());
     }
 
@@ -537,7 +545,7 @@ mod tests {
     fn a_member_behind_for_longer_than_the_bound_leaves_but_never_the_last_in_sync_mode() {
         for mode in [ReplicationMode::Sync, ReplicationMode::Async] {
             let r = group_primary(mode);
-            r.acked("a", 1, 5);
+            r.acked("a", 1, 1, 5);
             r.add_in_sync(&["a".to_string()]);
             r.note_published(1);
             r.note_published(2);
@@ -550,6 +558,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_replica_that_reconnects_stays_counted_when_its_old_stream_ends() {
+        let r = group_primary(ReplicationMode::Sync);
+        r.acked("a", 1, 10, 5);
+        // a reconnects (stream 2) before the primary saw stream 1 end.
+        r.acked("a", 2, 10, 5);
+        r.gone("a", 1);
+        assert_eq!(r.replicas(), vec![("a".to_string(), 10)]);
+        r.gone("a", 2);
+        assert!(r.replicas().is_empty());
     }
 
     #[test]

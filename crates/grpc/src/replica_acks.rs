@@ -4,8 +4,8 @@
 //!
 //! ```text
 //!   Follow stream ── first ack ──> refusal? term, resume_from(position, own)
-//!                 ── every ack ──> acked(replica, durable_revision, term)
-//!                 ── its end ───> gone(replica)
+//!                 ── every ack ──> acked(replica, stream, durable_revision, term)
+//!                 ── its end ───> gone(replica, stream)
 //! ```
 //!
 //! Non-goals: what sync replication does with the acknowledgements (crates/cluster).
@@ -22,8 +22,10 @@ pub trait ReplicaAcks: Send + Sync {
     /// may resume in this primary's log, whose id and newest published revision are `own`;
     /// None: it takes a full copy.
     fn resume_from(&self, position: (u64, u64), own: (u64, u64)) -> Option<u64>;
-    /// `replica`, following `term`, holds every event up to `durable_revision` durable.
-    fn acked(&self, replica: &str, durable_revision: u64, term: u64);
-    /// `replica`'s stream ended.
-    fn gone(&self, replica: &str);
+    /// `replica`, following `term` on Follow stream `stream`, holds every event up to
+    /// `durable_revision` durable. Stream ids grow: a replica that reconnects before its old
+    /// stream ended reports on a higher one.
+    fn acked(&self, replica: &str, stream: u64, durable_revision: u64, term: u64);
+    /// `replica`'s stream `stream` ended (a newer stream of the same replica stays).
+    fn gone(&self, replica: &str, stream: u64);
 }

@@ -4,14 +4,15 @@
 //! cluster layer implements; this file only carries the stream.
 //!
 //! ```text
-//!   replica ── Follow(stream ReplicaAck) ──> ReplicaAcks::acked(replica, durable_revision, term)
+//!   replica ── Follow(stream ReplicaAck) ──> ReplicaAcks::acked(replica, stream, durable_revision, term)
 //!           first ack's position ──> ReplicaAcks::resume_from ──> the first PrimaryInfo's
 //!             resume_from (absent: a full copy)
 //!           <── PrimaryInfo{log_id, revision, term} first, then every 100 ms while open
-//!   stream ends ──> ReplicaAcks::gone(replica)
+//!   stream ends ──> ReplicaAcks::gone(replica, stream)
 //! ```
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,10 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::backend::Backend;
 /// Re-exported where it was declared before (`cairn_grpc::replication::ReplicaAcks`).
 pub use crate::replica_acks::ReplicaAcks;
+
+/// Ids of Follow streams, growing, so that the end of a replica's old stream does not
+/// forget the new one it opened meanwhile.
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct ReplicationService {
     /// The primary's hub and log (its position), and what it does with the reports.
@@ -76,7 +81,8 @@ impl pb::replication_server::Replication for ReplicationService {
             resume_from,
         };
         let _ = tx.try_send(Ok(info(&hub, resume_from)));
-        acks.acked(&first.replica, first.durable_revision, first.term);
+        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        acks.acked(&first.replica, stream, first.durable_revision, first.term);
         tokio::spawn(async move {
             let mut name = first.replica;
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -85,7 +91,7 @@ impl pb::replication_server::Replication for ReplicationService {
                 tokio::select! {
                     m = incoming.next() => match m {
                         Some(Ok(ack)) => {
-                            acks.acked(&ack.replica, ack.durable_revision, ack.term);
+                            acks.acked(&ack.replica, stream, ack.durable_revision, ack.term);
                             name = ack.replica;
                         }
                         _ => break,
@@ -97,7 +103,7 @@ impl pb::replication_server::Replication for ReplicationService {
                     }
                 }
             }
-            acks.gone(&name);
+            acks.gone(&name, stream);
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
         Ok(Response::new(Box::pin(stream) as InfoStream))
