@@ -74,9 +74,15 @@ impl tonic::codec::Encoder for OutgoingEncoder {
         buf: &mut tonic::codec::EncodeBuf<'_>,
     ) -> Result<(), Status> {
         match item {
-            Outgoing::Message(m) => prost::Message::encode(&*m, buf)
-                .map_err(|e| Status::internal(format!("encoding a watch response: {e}"))),
+            // Room for the whole message first: a response of initial items (up to 1 MiB)
+            // would otherwise grow the buffer, and copy what it holds, several times.
+            Outgoing::Message(m) => {
+                buf.reserve(prost::Message::encoded_len(&*m));
+                prost::Message::encode(&*m, buf)
+                    .map_err(|e| Status::internal(format!("encoding a watch response: {e}")))
+            }
             Outgoing::Events(events, history_id) => {
+                buf.reserve(events.encoded_len(history_id));
                 events.encode(buf, history_id);
                 Ok(())
             }

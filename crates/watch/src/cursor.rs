@@ -70,6 +70,12 @@ impl EventBatch {
     /// Writes the response as `cairn.v1.WatchResponse`, `history_id` in its header: the same
     /// bytes prost writes for the message the events make (crate::wire; the tests compare
     /// them).
+    /// The bytes [`EventBatch::encode`] writes.
+    pub fn encoded_len(&self, history_id: u64) -> usize {
+        let parts = self.events.parts(self.prev_kv);
+        wire::events_response_len(self.watch_id, self.revision, history_id, parts)
+    }
+
     pub fn encode(&self, buf: &mut impl BufMut, history_id: u64) {
         let parts = self.events.parts(self.prev_kv);
         wire::put_events_response(buf, self.watch_id, self.revision, history_id, parts);

@@ -229,6 +229,23 @@ pub(crate) fn event_parts(
 /// Writes a `cairn.v1.WatchResponse` with `header.revision`, `header.history_id`, `watch_id`
 /// and the events whose encoded parts `events` yields (as [`event_parts`] gives them), and
 /// nothing else set.
+/// The length of what [`put_events_response`] writes for the same arguments.
+pub(crate) fn events_response_len<'a>(
+    watch_id: i64,
+    revision: u64,
+    history_id: u64,
+    events: impl Iterator<Item = [&'a [u8]; 2]>,
+) -> usize {
+    let header = varint_field_len(revision) + varint_field_len(history_id);
+    let events: usize = events
+        .map(|[a, b]| {
+            let n = a.len() + b.len();
+            1 + encoded_len_varint(n as u64) + n
+        })
+        .sum();
+    1 + encoded_len_varint(header as u64) + header + varint_field_len(watch_id as u64) + events
+}
+
 pub(crate) fn put_events_response<'a>(
     buf: &mut impl BufMut,
     watch_id: i64,

@@ -242,6 +242,13 @@ fn events_on_the_wire_are_what_prost_writes() {
                     batch.iter().map(|e| e.wire_parts(prev_kv)),
                 );
                 assert_eq!(buf.to_vec(), expected.encode_to_vec(), "{expected:?}");
+                let len = wire::events_response_len(
+                    watch_id,
+                    revision,
+                    history_id,
+                    batch.iter().map(|e| e.wire_parts(prev_kv)),
+                );
+                assert_eq!(len, buf.len(), "{expected:?}");
             }
         }
     }
