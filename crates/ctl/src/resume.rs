@@ -17,7 +17,13 @@
 //!   canceled{compact_revision}   --relist: create{initial_state} again (a Resync "compacted");
 //!                                else the error Compacted
 //!   canceled "... in the future" the server lost its history: --relist, or FutureRevision
+//!   canceled, another history_id the server is another history (a restart without
+//!                                persistence): the same as "in the future"
 //! ```
+//!
+//! The cursor belongs to a history (`header.history_id`, taken from the created response of a
+//! watch from now and from initial_state_done): a resume sends it, and a server whose history
+//! is another one cancels the watch rather than send other events under the same revisions.
 //!
 //! Non-goals: the stream, the backoff and the output (`watch.rs`).
 
@@ -92,6 +98,8 @@ pub struct Resume {
     template: pb::WatchCreateRequest,
     /// None: "from now on", until the first created response says where now is.
     pub next_revision: Option<u64>,
+    /// The history `next_revision` belongs to (a header's history_id; 0: not known).
+    history_id: u64,
     /// The initial state (or a relist) is still to be received.
     need_state: bool,
     /// Why the state is asked for, and the compact revision that made a relist.
@@ -118,6 +126,7 @@ impl Resume {
         Resume {
             template,
             next_revision: start_revision,
+            history_id: 0,
             need_state: initial_state,
             state_reason: ResyncReason::Initial,
             compact_revision: 0,
@@ -138,6 +147,11 @@ impl Resume {
         } else {
             c.initial_state = false;
             c.start_revision = self.next_revision.unwrap_or(0);
+            c.history_id = if c.start_revision == 0 {
+                0
+            } else {
+                self.history_id
+            };
         }
         self.created = false;
         self.items.clear();
@@ -160,12 +174,15 @@ impl Resume {
         if r.canceled {
             return Err(self.canceled(&r));
         }
-        let header = r.header.map_or(0, |h| h.revision);
+        let (header, history_id) = r.header.map_or((0, 0), |h| (h.revision, h.history_id));
         if r.created {
             self.created = true;
             if !self.need_state && self.next_revision.is_none() {
                 // "From now on": the server's cursor is header.revision + 1.
                 self.next_revision = Some(header + 1);
+            }
+            if !self.need_state && history_id != 0 {
+                self.history_id = history_id;
             }
             return Ok(Vec::new());
         }
@@ -176,6 +193,7 @@ impl Resume {
             }
             self.need_state = false;
             self.next_revision = Some(header + 1);
+            self.history_id = history_id;
             return Ok(vec![Item::Resync {
                 revision: header,
                 items: std::mem::take(&mut self.items),
@@ -209,6 +227,25 @@ impl Resume {
 
     fn canceled(&mut self, r: &pb::WatchResponse) -> Stop {
         let needed = self.next_revision.unwrap_or(0);
+        let theirs = r.header.as_ref().map_or(0, |h| h.history_id);
+        let lost = if self.history_id != 0 && theirs != 0 && theirs != self.history_id {
+            // Another history than the one the cursor belongs to: its revisions are other
+            // events.
+            true
+        } else {
+            // The protocol names this case in the reason's words only (watch.proto has no
+            // field for it); the Python client reads the same words.
+            r.compact_revision == 0 && r.cancel_reason.contains("in the future")
+        };
+        if !self.need_state && lost {
+            if self.relist {
+                return self.relist_now(ResyncReason::HistoryLost, 0);
+            }
+            return Stop::Failed(CtlError::FutureRevision {
+                needed,
+                reason: r.cancel_reason.clone(),
+            });
+        }
         if r.compact_revision > 0 {
             if self.relist {
                 return self.relist_now(ResyncReason::Compacted, r.compact_revision);
@@ -216,17 +253,6 @@ impl Resume {
             return Stop::Failed(CtlError::Compacted {
                 needed,
                 compact_revision: r.compact_revision,
-            });
-        }
-        // The protocol names this case in the reason's words only (watch.proto has no field
-        // for it); the Python client reads the same words.
-        if !self.need_state && r.cancel_reason.contains("in the future") {
-            if self.relist {
-                return self.relist_now(ResyncReason::HistoryLost, 0);
-            }
-            return Stop::Failed(CtlError::FutureRevision {
-                needed,
-                reason: r.cancel_reason.clone(),
             });
         }
         let reason = if r.cancel_reason.is_empty() {

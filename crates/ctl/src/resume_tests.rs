@@ -195,3 +195,66 @@ fn a_compacted_history_stops_the_watch_or_lists_again() {
         Err(Stop::Failed(CtlError::FutureRevision { needed: 99, .. }))
     ));
 }
+
+/// Broken: resuming without the history id (or reading the server's cancel as a plain
+/// compaction) would relist as "compacted", or, with a history that happened to reach the
+/// cursor, show another history's events under revisions already shown.
+#[test]
+fn a_resume_names_its_history_and_another_history_is_a_lost_one() {
+    let in_history = |revision, history_id| {
+        Some(pb::ResponseHeader {
+            revision,
+            history_id,
+        })
+    };
+    let mut r = Resume::new(template(), None, false, true);
+    let mut from_now = created(40);
+    from_now.header = in_history(40, 7);
+    r.on_response(from_now).unwrap();
+    let mut more = events(42, &[41, 42]);
+    more.header = in_history(42, 7);
+    assert_eq!(revisions(&r.on_response(more).unwrap()), vec![41, 42]);
+    match r.create_request().request_union {
+        Some(pb::watch_request::RequestUnion::CreateRequest(c)) => {
+            assert_eq!((c.start_revision, c.history_id), (43, 7))
+        }
+        other => panic!("not a create request: {other:?}"),
+    }
+    // The server restarted without persistence: history 9 cancels the watch, compacted.
+    let other_history = pb::WatchResponse {
+        header: in_history(0, 9),
+        watch_id: WATCH_ID,
+        canceled: true,
+        compact_revision: 1,
+        cancel_reason: "history_id 7 is not this server's history (9)".into(),
+        ..Default::default()
+    };
+    assert!(matches!(
+        r.on_response(other_history.clone()),
+        Err(Stop::Relist)
+    ));
+    assert_eq!(start_of(&mut r), (0, true));
+    let done = pb::WatchResponse {
+        header: in_history(3, 9),
+        watch_id: WATCH_ID,
+        initial_state_done: true,
+        ..Default::default()
+    };
+    match &r.on_response(done).unwrap()[..] {
+        [Item::Resync {
+            reason: ResyncReason::HistoryLost,
+            revision: 3,
+            ..
+        }] => {}
+        other => panic!("{other:?}"),
+    }
+    // Without --relist the watch stops, saying the history was lost.
+    let mut r = Resume::new(template(), None, false, false);
+    let mut from_now = created(40);
+    from_now.header = in_history(40, 7);
+    r.on_response(from_now).unwrap();
+    assert!(matches!(
+        r.on_response(other_history),
+        Err(Stop::Failed(CtlError::FutureRevision { needed: 41, .. }))
+    ));
+}
