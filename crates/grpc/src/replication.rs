@@ -81,8 +81,13 @@ impl pb::replication_server::Replication for ReplicationService {
             resume_from,
         };
         let _ = tx.try_send(Ok(info(&hub, resume_from)));
-        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-        acks.acked(&first.replica, stream, first.durable_revision, first.term);
+        let stream_id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        acks.acked(
+            &first.replica,
+            stream_id,
+            first.durable_revision,
+            first.term,
+        );
         tokio::spawn(async move {
             let mut name = first.replica;
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -91,7 +96,7 @@ impl pb::replication_server::Replication for ReplicationService {
                 tokio::select! {
                     m = incoming.next() => match m {
                         Some(Ok(ack)) => {
-                            acks.acked(&ack.replica, stream, ack.durable_revision, ack.term);
+                            acks.acked(&ack.replica, stream_id, ack.durable_revision, ack.term);
                             name = ack.replica;
                         }
                         _ => break,
@@ -103,7 +108,7 @@ impl pb::replication_server::Replication for ReplicationService {
                     }
                 }
             }
-            acks.gone(&name, stream);
+            acks.gone(&name, stream_id);
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
         Ok(Response::new(Box::pin(stream) as InfoStream))
