@@ -31,8 +31,9 @@ the server would pick one nobody can know). Servers with `--grpc-listen off`, an
 get no watchers. The watchers run on the same cores as the server and memslap.
 
 For each round and server (-t 2, a free loopback port), memslap's `set` test and then its
-`get` test run; the server's utime + stime (procfs) and its own op count (`stats` cmd_get +
-cmd_set) are read around each test, and memslap's reported time gives the ops/s.
+`get` test run; the server's utime + stime (procfs; stime alone is the table's kernel part)
+and its own op count (`stats` cmd_get + cmd_set) are read around each test, and memslap's
+reported time gives the ops/s.
 
     python3 scripts/memslap_side_by_side.py --rounds 3 --connections 50
     python3 scripts/memslap_side_by_side.py --rounds 3 --connections 50 --watchers 10 \
