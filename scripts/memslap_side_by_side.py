@@ -44,7 +44,6 @@ import argparse
 import os
 import re
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_request_path import cpu_secs, free_port, ops, start  # noqa: E402
+from server_util import MemcachedText  # noqa: E402
 
 
 def grpc_address(name, args):
@@ -70,19 +70,13 @@ def grpc_address(name, args):
 def watch_stats(port):
     """(watches open, watch events sent so far, initial-state items sent so far) from the
     server's `stats grpc`."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"stats grpc\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    def stat(name):
-        m = re.search(rb"^STAT " + name + rb" (\d+)", buf, re.M)
-        return int(m.group(1)) if m else 0
-    return (stat(b"grpc_watches"), stat(b"grpc_watch_events_sent"),
-            stat(b"grpc_watch_initial_items_sent"))
+    m = MemcachedText(f"127.0.0.1:{port}", timeout=10)
+    try:
+        g = m.stats("grpc")
+    finally:
+        m.close()
+    return tuple(int(g.get(k, 0)) for k in
+                 ("grpc_watches", "grpc_watch_events_sent", "grpc_watch_initial_items_sent"))
 
 
 def open_watchers(args, port, addr):

@@ -61,7 +61,7 @@ mod sink;
 pub mod snapshot;
 mod stats;
 
-pub use cairn_wal::writes_before_sleeping;
+pub use cairn_wal::{random_id, writes_before_sleeping};
 pub use config::{PersistConfig, DEFAULT_MAX_PENDING_BYTES};
 pub use durability::Ticket;
 pub use error::{PersistError, Unrecoverable};

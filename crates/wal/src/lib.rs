@@ -83,7 +83,7 @@ pub mod waiters;
 pub use appender::writes_before_sleeping;
 pub use error::{IoCause, WalError};
 pub use fs::{DelayedSyncFs, FileSystem, FolderLock, LogFile, RealFs, DIRECT_ALIGN};
-pub use log::{lock_folder, Log};
+pub use log::{lock_folder, random_id, Log};
 pub use marks::{Listener, Lsn, Marks};
 pub use options::{Durability, LogOptions, Prealloc, RecoveryMode};
 pub use pending::FRAME_OUTSIDE_LOCK_BYTES;

@@ -49,7 +49,8 @@ pub struct Log {
     spare_maker: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn random_id() -> u64 {
+/// A random id, never 0 (a log's id, a history's id).
+pub fn random_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

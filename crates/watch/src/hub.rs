@@ -116,7 +116,7 @@ impl Hub {
             active: AtomicBool::new(false),
             persist: None,
             log_first: AtomicU64::new(0),
-            history_id: drawn_id(),
+            history_id: cairn_persist::random_id(),
             recent: Recent::default(),
         }
     }
@@ -421,19 +421,6 @@ impl Hub {
         }
         self.drain();
     }
-}
-
-/// An id for a history without a command log: random, never 0.
-fn drawn_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish() | 1
 }
 
 /// The newest revision assigned so far, published or not: a start revision beyond it is in

@@ -24,7 +24,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cairn_persist::record::Record;
 use cairn_store::{ItemMeta, Mutation, PrevItem, Revision};
 
 use crate::backend::WatchBackend;
@@ -145,26 +144,10 @@ async fn read_records(
     let read = tokio::task::spawn_blocking(move || {
         let mut out = Vec::with_capacity(revisions.len());
         let r = p.read_revisions(&revisions, |lsn, rec| {
-            let item = match rec {
-                Record::Stored {
-                    value,
-                    flags,
-                    exptime,
-                    cas,
-                    stale,
-                    ..
-                } => Some(Item {
+            let item = match rec.to_mutation(lsn) {
+                Mutation::Stored { value, meta, .. } => Some(Item {
                     value: value.to_vec(),
-                    meta: ItemMeta {
-                        flags,
-                        exptime,
-                        cas,
-                        last_access: 0,
-                        fetched: false,
-                        stale,
-                        win_sent: false,
-                        mod_revision: lsn,
-                    },
+                    meta,
                 }),
                 _ => None,
             };

@@ -21,7 +21,16 @@ pub fn one(
     key: &[u8],
     out: &mut Vec<u8>,
 ) -> Ack {
-    lookup(ctx, exptime, now, key, |meta, value| {
+    lookup(ctx, exptime, now, key, value_block(out, key, kind)).1
+}
+
+/// A hit's `VALUE` block (with its CAS for gets and gats).
+fn value_block<'a>(
+    out: &'a mut Vec<u8>,
+    key: &'a [u8],
+    kind: GetKind,
+) -> impl FnOnce(&ItemMeta, &[u8]) + 'a {
+    move |meta, value| {
         encode::value(
             out,
             key,
@@ -29,8 +38,7 @@ pub fn one(
             value,
             kind.with_cas().then_some(meta.cas),
         )
-    })
-    .1
+    }
 }
 
 /// [`one`] with the flash tier: a plain retrieval reads flash without holding a lock (the
@@ -44,17 +52,9 @@ pub async fn one_async(
     key: &[u8],
     out: &mut Vec<u8>,
 ) -> Ack {
-    lookup_async(ctx, exptime, now, key, |meta, value| {
-        encode::value(
-            out,
-            key,
-            meta.flags,
-            value,
-            kind.with_cas().then_some(meta.cas),
-        )
-    })
-    .await
-    .1
+    lookup_async(ctx, exptime, now, key, value_block(out, key, kind))
+        .await
+        .1
 }
 
 /// Looks up one key (counted in `cmd_get`, `get_hits`, ...; with `exptime`, a gat, also in

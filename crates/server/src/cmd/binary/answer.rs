@@ -87,22 +87,12 @@ pub async fn answer<C: Session>(
             quiet,
             with_key,
         } => {
-            let out = c.output();
-            let (outcome, ack) = get::lookup_async(ctx, None, now, key, |meta, value| {
-                let reply = ok_reply(op, opaque, meta.cas);
-                response::value(
-                    out,
-                    &reply,
-                    meta.flags,
-                    if with_key { key } else { &[] },
-                    value,
-                );
-            })
-            .await;
-            c.note(ack);
-            if !matches!(outcome, ReadOutcome::Hit(())) && !quiet {
-                miss(c, op, opaque, with_key.then_some(key));
-            }
+            let found = Found {
+                key,
+                quiet,
+                with_key,
+            };
+            found.answer(ctx, c, (op, opaque), None, now).await;
         }
         Command::Gat {
             key,
@@ -114,23 +104,13 @@ pub async fn answer<C: Session>(
                 wording::refusal(c.output(), op, opaque, &e);
                 return Ok(Flow::Refused);
             }
-            let out = c.output();
+            let found = Found {
+                key,
+                quiet,
+                with_key,
+            };
             let exptime = Some(i64::from(exptime));
-            let (outcome, ack) = get::lookup_async(ctx, exptime, now, key, |meta, value| {
-                let reply = ok_reply(op, opaque, meta.cas);
-                response::value(
-                    out,
-                    &reply,
-                    meta.flags,
-                    if with_key { key } else { &[] },
-                    value,
-                );
-            })
-            .await;
-            c.note(ack);
-            if !matches!(outcome, ReadOutcome::Hit(())) && !quiet {
-                miss(c, op, opaque, with_key.then_some(key));
-            }
+            found.answer(ctx, c, (op, opaque), exptime, now).await;
         }
         Command::Touch { key, exptime } => {
             let touched = write_or_refuse!(Some(key), |tx: &Tx<'_>| {
@@ -251,6 +231,43 @@ pub async fn answer<C: Session>(
         Command::Sasl | Command::Unknown => fail(c, Status::UnknownCommand),
     }
     Ok(Flow::Continue)
+}
+
+/// A Get or GAT request's key and how it wants the answer.
+struct Found<'a> {
+    key: &'a [u8],
+    quiet: bool,
+    with_key: bool,
+}
+
+impl Found<'_> {
+    /// Looks the key up (`exptime`: GAT's new expiry) and answers: a hit's flags, key when
+    /// asked, value and CAS; a miss unless quiet.
+    async fn answer<C: Session>(
+        self,
+        ctx: &Ctx,
+        c: &mut C,
+        (op, opaque): (u8, u32),
+        exptime: Option<i64>,
+        now: u32,
+    ) {
+        let Found {
+            key,
+            quiet,
+            with_key,
+        } = self;
+        let out = c.output();
+        let (outcome, ack) = get::lookup_async(ctx, exptime, now, key, |meta, value| {
+            let reply = ok_reply(op, opaque, meta.cas);
+            let shown = if with_key { key } else { &[] };
+            response::value(out, &reply, meta.flags, shown, value);
+        })
+        .await;
+        c.note(ack);
+        if !matches!(outcome, ReadOutcome::Hit(())) && !quiet {
+            miss(c, op, opaque, with_key.then_some(key));
+        }
+    }
 }
 
 fn ok_reply(opcode: u8, opaque: u32, cas: u64) -> Reply {
