@@ -78,8 +78,8 @@ impl tonic::codec::Encoder for OutgoingEncoder {
             // would otherwise grow the buffer, and copy what it holds, several times.
             Outgoing::Message(m) => {
                 buf.reserve(prost::Message::encoded_len(&*m));
-                prost::Message::encode(&*m, buf)
-                    .map_err(|e| Status::internal(format!("encoding a watch response: {e}")))
+                prost::Message::encode_raw(&*m, buf);
+                Ok(())
             }
             Outgoing::Events(events, history_id) => {
                 buf.reserve(events.encoded_len(history_id));

@@ -14,8 +14,8 @@
 //!
 //! Kept in memory only: a segment written before the process started gets its points from
 //! the first read that scans it. 16 bytes a point, one per [`STRIDE`] of records: 32 KiB for a
-//! 64 MiB segment. Non-goals: reading (`crate::reader`), and anything on disk (the format is
-//! unchanged: an index is a cache of what a scan finds).
+//! 64 MiB segment. Non-goals: reading (`crate::reader`), and anything on disk (an index is a
+//! cache of what a scan finds).
 
 use std::collections::BTreeMap;
 

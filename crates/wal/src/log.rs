@@ -101,6 +101,7 @@ impl Log {
             }
         };
         let last = next_lsn - 1;
+        let first = segments.first().map_or(1, |s| s.0);
         let shared = Arc::new(Shared {
             fs,
             dir: dir.to_path_buf(),
@@ -131,6 +132,7 @@ impl Log {
             }),
             pending_bytes: AtomicUsize::new(0),
             appended: AtomicU64::new(last),
+            first: AtomicU64::new(first),
             taken: Watermark::new(last),
             written: Watermark::new(last),
             durable: Watermark::new(last),
@@ -363,7 +365,7 @@ impl Log {
 
     /// The LSN of the oldest record the log holds (its first segment's first).
     pub fn first_lsn(&self) -> Lsn {
-        self.shared.state.lock().segments.first().map_or(1, |s| s.0)
+        self.shared.first.load(Ordering::Acquire)
     }
 
     /// Points in the sparse LSN -> offset index (`crate::index`), over every segment.
@@ -373,8 +375,8 @@ impl Log {
 
     /// Deletes whole segments whose records all have LSN < `lsn` (never the newest segment),
     /// or keeps up to [`LogOptions::reuse_segments`] of them for reuse. Returns how many left
-    /// the log. A [`Log::read_from`] running at the same time must not read below `lsn`: a
-    /// kept file is overwritten once reused.
+    /// the log. A [`Log::read_from`] or [`Log::read_range`] running at the same time must not
+    /// read below `lsn`: a kept file is overwritten once reused.
     pub fn truncate_before(&self, lsn: Lsn) -> Result<usize, WalError> {
         self.shared.truncate_before(lsn)
     }

@@ -11,6 +11,7 @@
 //! ```
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
 use crate::error::WalError;
 use crate::format;
@@ -209,6 +210,7 @@ impl Shared {
             let doomed = st.segments.drain(..n).map(|(_, p)| p).collect();
             if let Some(&(first, _)) = st.segments.first() {
                 self.index.lock().drop_before(first);
+                self.first.store(first, Ordering::Release);
             }
             doomed
         };

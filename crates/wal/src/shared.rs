@@ -48,6 +48,9 @@ pub(crate) struct Shared {
     pub(crate) pending_bytes: AtomicUsize,
     /// The last LSN assigned, readable without the lock.
     pub(crate) appended: AtomicU64,
+    /// The first LSN of the oldest segment (`State::segments`), readable without the lock:
+    /// set at open and when `truncate_before` drops segments.
+    pub(crate) first: AtomicU64,
     /// The three watermarks (see the crate doc), each with its waiters.
     pub(crate) taken: Watermark,
     pub(crate) written: Watermark,

@@ -67,15 +67,15 @@ impl EventBatch {
         self.events.len() == 0
     }
 
-    /// Writes the response as `cairn.v1.WatchResponse`, `history_id` in its header: the same
-    /// bytes prost writes for the message the events make (crate::wire; the tests compare
-    /// them).
     /// The bytes [`EventBatch::encode`] writes.
     pub fn encoded_len(&self, history_id: u64) -> usize {
         let parts = self.events.parts(self.prev_kv);
         wire::events_response_len(self.watch_id, self.revision, history_id, parts)
     }
 
+    /// Writes the response as `cairn.v1.WatchResponse`, `history_id` in its header: the same
+    /// bytes prost writes for the message the events make (crate::wire; the tests compare
+    /// them).
     pub fn encode(&self, buf: &mut impl BufMut, history_id: u64) {
         let parts = self.events.parts(self.prev_kv);
         wire::put_events_response(buf, self.watch_id, self.revision, history_id, parts);
@@ -158,10 +158,8 @@ impl Watcher {
     /// A response's worth: at most [`MAX_EVENTS_PER_RESPONSE`] events, and an event joins a
     /// response only if the response stays within [`MAX_BYTES_PER_RESPONSE`] with it, unless
     /// it is the response's first (an event larger than the bound goes alone: a value and its
-    /// previous item, each up to the item size limit). Before, the bound was checked before
-    /// the event was added, and a large event with its previous item after a megabyte of
-    /// small ones made a response past the server's own message limit: that watch failed
-    /// there on every resume.
+    /// previous item, each up to the item size limit), so that no response passes the server's
+    /// own message limit.
     pub(crate) fn take(
         &mut self,
         id: i64,

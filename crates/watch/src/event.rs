@@ -368,7 +368,13 @@ impl Event {
     /// ([`crate::resolve`]): a skeleton's value, or (for a watch with `prev_kv`) its
     /// previous item.
     pub(crate) fn needs(&self, prev_kv: bool) -> bool {
-        self.needs_value || (prev_kv && self.prev.is_none() && self.prev_revision != 0)
+        self.needs_value || (prev_kv && self.needs_prev())
+    }
+
+    /// Whether a `prev_kv` watch needs the previous item made whole: the event holds only
+    /// its revision.
+    pub(crate) fn needs_prev(&self) -> bool {
+        self.prev.is_none() && self.prev_revision != 0
     }
 
     /// The encoded parts of this event a response carries ([`crate::wire::event_parts`]):

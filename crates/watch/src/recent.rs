@@ -2,7 +2,7 @@
 //! events whole (crate::resolve) leaves its read here, and a stream whose step reads the same
 //! revisions copies their bytes instead of making them whole again (a store lookup and an
 //! encoding each). So 1,000 streams on one prefix make each event whole about once, not
-//! 1,000 times, as when the hub encoded every event once, values included.
+//! 1,000 times.
 //!
 //! ```text
 //!   stream A's step: resolve ── made events whole itself ──> Recent::offer(its read)

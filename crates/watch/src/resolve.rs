@@ -58,7 +58,7 @@ pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut StepRead, needs: &
     let mut items: BTreeMap<Revision, Option<Item>> = BTreeMap::new();
     let mut from_log: Vec<Revision> = Vec::new();
     for (i, (e, n)) in events.iter().zip(needs).enumerate() {
-        let prev_from_log = n.prev && e.prev.is_none() && e.prev_revision != 0;
+        let prev_from_log = n.prev && e.needs_prev();
         if let Some(r) = &recent {
             if (n.value && e.needs_value || prev_from_log)
                 && r.position(e.revision)
@@ -106,9 +106,7 @@ pub(crate) async fn resolve(b: &Arc<WatchBackend>, read: &mut StepRead, needs: &
         }
     }
     for (i, (e, n)) in events.iter().zip(needs).enumerate() {
-        if made.has(i)
-            || !(n.value && e.needs_value || n.prev && e.prev.is_none() && e.prev_revision != 0)
-        {
+        if made.has(i) || !(n.value && e.needs_value || n.prev && e.needs_prev()) {
             continue;
         }
         whole(made, count, i, e, n, &items);

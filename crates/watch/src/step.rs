@@ -93,7 +93,7 @@ impl<R, E> WatchStream<R, E> {
             for (e, n) in read[start..].iter().zip(&mut needs[start..]) {
                 if w.wants(e) {
                     n.value |= e.needs_value;
-                    n.prev |= w.prev_kv && e.prev.is_none() && e.prev_revision != 0;
+                    n.prev |= w.prev_kv && e.needs_prev();
                 }
             }
         }

@@ -103,9 +103,7 @@ impl StepRead {
     /// Bytes event `i` adds to a response: its field key, its length and its parts.
     #[inline]
     pub(crate) fn response_len(&self, i: usize, prev_kv: bool) -> usize {
-        let [a, b] = self.parts(i, prev_kv);
-        let len = a.len() + b.len();
-        1 + prost::encoding::encoded_len_varint(len as u64) + len
+        wire::event_field_len(self.parts(i, prev_kv))
     }
 }
 

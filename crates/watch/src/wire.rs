@@ -226,9 +226,13 @@ pub(crate) fn event_parts(
     }
 }
 
-/// Writes a `cairn.v1.WatchResponse` with `header.revision`, `header.history_id`, `watch_id`
-/// and the events whose encoded parts `events` yields (as [`event_parts`] gives them), and
-/// nothing else set.
+/// The bytes one event adds to a response: its field key, its length and its `parts`.
+#[inline]
+pub(crate) fn event_field_len([a, b]: [&[u8]; 2]) -> usize {
+    let n = a.len() + b.len();
+    1 + encoded_len_varint(n as u64) + n
+}
+
 /// The length of what [`put_events_response`] writes for the same arguments.
 pub(crate) fn events_response_len<'a>(
     watch_id: i64,
@@ -237,15 +241,13 @@ pub(crate) fn events_response_len<'a>(
     events: impl Iterator<Item = [&'a [u8]; 2]>,
 ) -> usize {
     let header = varint_field_len(revision) + varint_field_len(history_id);
-    let events: usize = events
-        .map(|[a, b]| {
-            let n = a.len() + b.len();
-            1 + encoded_len_varint(n as u64) + n
-        })
-        .sum();
+    let events: usize = events.map(event_field_len).sum();
     1 + encoded_len_varint(header as u64) + header + varint_field_len(watch_id as u64) + events
 }
 
+/// Writes a `cairn.v1.WatchResponse` with `header.revision`, `header.history_id`, `watch_id`
+/// and the events whose encoded parts `events` yields (as [`event_parts`] gives them), and
+/// nothing else set.
 pub(crate) fn put_events_response<'a>(
     buf: &mut impl BufMut,
     watch_id: i64,

@@ -305,5 +305,8 @@ fn a_fed_hubs_events_name_their_items_and_keep_no_value() {
         (3, Some(&b"old value"[..])),
         "older than the log: kept"
     );
-    assert!(!b.needs(false) || b.needs_value);
+    assert!(
+        a.needs_prev() && !b.needs_prev(),
+        "only a's previous item is in the log"
+    );
 }
