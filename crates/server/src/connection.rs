@@ -178,11 +178,7 @@ async fn flush<S: Transport>(ctx: &Ctx, c: &mut Conn<S>) -> Result<(), Closed> {
             .await;
         if let Err(e) = safe {
             c.output.clear();
-            if c.binary == Some(true) {
-                cmd::binary::wording::failure(&mut c.output, &e);
-            } else {
-                cmd::write_error::reply(&mut c.output, &e);
-            }
+            cmd::binary::wording::failure_in(c.binary == Some(true), &mut c.output, &e);
             let _ = c.stream.send(&mut c.output).await;
             return Err(Closed);
         }

@@ -17,8 +17,8 @@
 //! one write path every front end takes (cairn-engine, with the store, the log, the flash
 //! tier, the watch hub and the clock), and the front end's settings, counters and access
 //! control. memcached's UDP protocol (`-U`) is `udp/`, answering each datagram through the
-//! same `cmd::answer_next` as a connection. Shutdown: a watch channel tells the accept loop and every connection to stop
-//! after the requests in hand.
+//! same code as a connection (`cmd::answer_next`, `cmd::binary::step`). Shutdown: a watch
+//! channel tells the accept loop and every connection to stop after the requests in hand.
 
 pub mod accept_backoff;
 pub mod access;

@@ -368,6 +368,19 @@ fn each_opcode() {
     assert!(c.read_to_close().is_empty());
 }
 
+/// Verbosity is open to every client on both protocols (it changes only the log), as in
+/// memcached; only the admin lines stay guarded.
+#[test]
+fn verbosity_needs_no_admin() {
+    let server = Server::start(&["--enable-admin", "false"]);
+    let mut c = server.connect();
+    let r = call(
+        &mut c,
+        &packet(VERBOSITY, &1u32.to_be_bytes(), &[], &[], 3, 0),
+    );
+    expect(&r, VERBOSITY, SUCCESS, 3);
+}
+
 #[test]
 fn cas_in_the_header() {
     let server = Server::start(&[]);

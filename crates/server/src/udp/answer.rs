@@ -23,12 +23,8 @@ use std::time::Instant;
 use cairn_engine::Ack;
 
 use super::frame::MESSAGE_MAX;
-use crate::cmd::{self, arcus, write_error, Closed, Flow, Session};
+use crate::cmd::{self, arcus, Closed, Flow, Session};
 use crate::Ctx;
-
-/// The first byte of a request of memcached's binary protocol (`PROTOCOL_BINARY_REQ`): a
-/// payload starting with it is binary, any other text, as memcached decides per datagram.
-pub const BINARY_MAGIC: u8 = 0x80;
 
 /// Why a datagram got no reply at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,11 +66,12 @@ impl Reply {
         self.output.len() - self.ends.last().copied().unwrap_or(0)
     }
 
-    /// Every answer replaced by `e`'s reply: the writes could not be acknowledged.
-    fn failed(&mut self, e: &cairn_engine::WriteError) {
+    /// Every answer replaced by `e`'s reply (in the datagram's protocol): the writes could
+    /// not be acknowledged.
+    fn failed(&mut self, binary: bool, e: &cairn_engine::WriteError) {
         self.output.clear();
         self.ends.clear();
-        write_error::reply(&mut self.output, e);
+        cmd::binary::wording::failure_in(binary, &mut self.output, e);
         self.end_message();
     }
 }
@@ -91,6 +88,8 @@ struct Datagram {
     unfenced: Ack,
     /// A command's answer grew past [`MESSAGE_MAX`]: the datagram is dropped.
     too_large: bool,
+    /// The payload is of the binary protocol.
+    binary: bool,
 }
 
 impl Datagram {
@@ -102,7 +101,7 @@ impl Datagram {
         }
         if let Err(e) = ctx.engine.acknowledged(self.unacked).await {
             self.unacked = Ack::NONE;
-            self.reply.failed(&e);
+            self.reply.failed(self.binary, &e);
             return Err(Closed);
         }
         self.unfenced = self.unfenced.merge(self.unacked);
@@ -146,6 +145,7 @@ impl Session for Datagram {
 }
 
 /// Which protocol a payload speaks: its first byte says, as in memcached.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Protocol {
     Text,
     Binary,
@@ -153,11 +153,16 @@ enum Protocol {
 
 /// Answers every request of `payload` (not empty).
 pub async fn answer(ctx: &Arc<Ctx>, payload: &[u8]) -> Result<Reply, Dropped> {
+    // Binary when the payload starts with the request magic, else text, as memcached decides
+    // per datagram.
     let protocol = match payload.first() {
-        Some(&BINARY_MAGIC) => Protocol::Binary,
+        Some(&cairn_proto::binary::REQUEST_MAGIC) => Protocol::Binary,
         _ => Protocol::Text,
     };
-    let mut d = Datagram::default();
+    let mut d = Datagram {
+        binary: protocol == Protocol::Binary,
+        ..Datagram::default()
+    };
     let mut start = 0;
     let mut mark = Instant::now();
     while start < payload.len() {

@@ -1,8 +1,9 @@
 //! memcached's UDP protocol (`-U PORT`, off by default as in memcached 1.5.6 and later): each
-//! datagram is an 8-byte frame header and requests of the text protocol, answered through the
-//! same code a TCP connection's requests are (`cmd::answer_next`, so writes take the one
-//! write path, cairn-engine), each command's answer sent back as numbered datagrams of at
-//! most 1400 bytes.
+//! datagram is an 8-byte frame header and requests of the text or the binary protocol (its
+//! first byte says which), answered through the same code a TCP connection's requests are
+//! (`cmd::answer_next` for text, `cmd::binary::step` for binary, so writes take the one write
+//! path, cairn-engine), each command's answer sent back as numbered datagrams of at most 1400
+//! bytes.
 //!
 //! ```text
 //!   client ── datagram: header (request id, seq, total = 1, reserved) + payload ──> socket.rs
@@ -27,23 +28,13 @@ pub mod answer;
 pub mod frame;
 mod socket;
 
-use std::net::SocketAddr;
-
 pub use socket::serve;
 
-/// Binds the UDP socket on `-l`'s address and `-U`'s port, if `-U` is not 0.
+/// Binds the UDP socket on `-l`'s address (a name resolved as the TCP listener's is) and
+/// `-U`'s port, if `-U` is not 0.
 pub async fn bind(config: &crate::Config) -> Option<std::io::Result<tokio::net::UdpSocket>> {
     if config.udp_port == 0 {
         return None;
     }
-    let ip = match config.listen.parse() {
-        Ok(ip) => ip,
-        Err(e) => {
-            return Some(Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                e,
-            )))
-        }
-    };
-    Some(tokio::net::UdpSocket::bind(SocketAddr::new(ip, config.udp_port)).await)
+    Some(tokio::net::UdpSocket::bind((config.listen.as_str(), config.udp_port)).await)
 }

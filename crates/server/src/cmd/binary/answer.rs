@@ -33,7 +33,7 @@ use crate::cmd::delete::{self, Deleted};
 use crate::cmd::dispatch::Session;
 use crate::cmd::flow::{Closed, Flow};
 use crate::cmd::storage::{self, Stored};
-use crate::cmd::{admin, flush, get, touch};
+use crate::cmd::{flush, get, touch};
 use crate::version::VERSION;
 use crate::Ctx;
 
@@ -217,17 +217,11 @@ pub async fn answer<C: Session>(
             response::response(c.output(), &reply, &[], &[], VERSION.as_bytes());
         }
         Command::Stat { group } => stats::answer(ctx, group, opaque, c.output()),
-        Command::Verbosity { level } => match admin::refusal(ctx) {
-            Some(line) => {
-                let text = String::from_utf8_lossy(line);
-                let text = text.trim_end().trim_start_matches("CLIENT_ERROR ");
-                response::error(c.output(), op, opaque, Status::NotSupported, text);
-            }
-            None => {
-                ctx.set_verbosity(level);
-                done(c, false, 0);
-            }
-        },
+        // Open to every client, as on the text protocol (it changes only the log).
+        Command::Verbosity { level } => {
+            ctx.set_verbosity(level);
+            done(c, false, 0);
+        }
         Command::Sasl | Command::Unknown => fail(c, Status::UnknownCommand),
     }
     Ok(Flow::Continue)

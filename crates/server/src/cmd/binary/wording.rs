@@ -49,6 +49,16 @@ pub fn failure(out: &mut Vec<u8>, e: &WriteError) {
     refusal(out, 0, 0, e);
 }
 
+/// The reply to writes that cannot be acknowledged, in the protocol of the requests they
+/// answer: [`failure`] for binary, the text protocol's error line otherwise.
+pub fn failure_in(binary: bool, out: &mut Vec<u8>, e: &WriteError) {
+    if binary {
+        failure(out, e);
+    } else {
+        crate::cmd::write_error::reply(out, e);
+    }
+}
+
 /// The status of a failed store.
 pub fn store_error(e: StoreError) -> Status {
     match e {
