@@ -1,8 +1,8 @@
-//! The watch's contract (proto/cairn/v1/watch.proto) where the server once broke it, against
-//! the real binary:
+//! The watch's contract (proto/cairn/v1/watch.proto) at its hardest cases, against the real
+//! binary:
 //! - a watch with prev_kv over a large overwrite after many small events gets every event
-//!   (the response bound was checked before an event was added: a response past the server's
-//!   own message limit failed the stream, and every resume at that revision);
+//!   (broken: a bound checked before an event is added lets a response pass the server's own
+//!   message limit, which fails the stream, and every resume at that revision);
 //! - events older than the in-memory history are read from the command log once each (a step
 //!   read 4,096, sent 1,000 and read the rest again);
 //! - header.revision says what the watch has sent: in `created` for a start revision, in the
@@ -56,9 +56,9 @@ fn stat(server: &Server, name: &str) -> u64 {
 }
 
 /// The case: persistence off, a 900 KB value, 860 values of 1 KB, the big value
-/// overwritten; a prev_kv watch of everything from the first 1 KB write. Before the fix the
-/// stream failed with OUT_OF_RANGE (a 2.68 MB response, the limit 2 MiB), the `created`
-/// response lost with it.
+/// overwritten; a prev_kv watch of everything from the first 1 KB write. Broken, the stream
+/// fails with OUT_OF_RANGE (a 2.68 MB response, the limit 2 MiB), the `created` response lost
+/// with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prev_kv_watch_over_a_large_overwrite_gets_every_event() {
     let server = Server::start(&["--persistence", "off", "-m", "256"]);
@@ -93,7 +93,8 @@ async fn a_prev_kv_watch_over_a_large_overwrite_gets_every_event() {
 }
 
 /// 40,000 events behind a history of 1 MiB (persistence on): the watch gets each once, and
-/// each is read from the command log once. Before the fix: about four reads an event.
+/// each is read from the command log once (broken: a step that drops what it read and reads
+/// it again makes about four reads an event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_behind_the_history_are_read_from_the_log_once() {
     let server = Server::start(&["--persistence", "sync", "--watch-history-mb", "1"]);
@@ -180,8 +181,8 @@ fn load(server: &Server, n: usize, len: usize) {
 }
 
 /// `created` says what the watch has sent, nothing yet: for a start revision the one before
-/// it (it said the newest: a client resuming from there skipped the events between, and
-/// cairn's own replica took it as its position), for an initial state 0.
+/// it (the newest would make a client resuming from there skip the events between, and
+/// cairn's own replica take it as its position), for an initial state 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_says_nothing_was_sent_yet() {
     let server = Server::start(&["--persistence", "sync"]);
@@ -210,7 +211,7 @@ async fn created_says_nothing_was_sent_yet() {
 }
 
 /// A client's cancel of a lagging watch is answered with the last revision the watch sent
-/// (it said the newest: 4,102 after events up to 933). 40 MB of events: flow control holds
+/// (not the newest, which would skip what the watch never sent). 40 MB of events: flow control holds
 /// the stream while the client reads one response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_cancel_says_the_last_event_sent() {
@@ -242,7 +243,7 @@ async fn a_clients_cancel_says_the_last_event_sent() {
 
 /// With an initial state under way, a progress request is answered after
 /// initial_state_done (nothing of the watch can be resumed from before it), and the initial
-/// items say 0; before, the progress claimed R at once.
+/// items say 0 (a progress of R at once would claim what was not sent).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_waits_for_the_initial_state() {
     let server = Server::start(&["--persistence", "off", "-m", "512"]);
@@ -281,9 +282,8 @@ async fn progress_waits_for_the_initial_state() {
 }
 
 /// Every response names its history; a create naming another one (a restart without
-/// persistence starts revisions again from 1) is canceled with compact_revision, where
-/// before it went on in the new history and silently skipped what the old one had past the
-/// revision. With persistence the history (the command log) outlives a restart.
+/// persistence starts revisions again from 1) is canceled with compact_revision, rather than
+/// go on in the new history and silently skip what the old one had past the revision. With persistence the history (the command log) outlives a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_into_another_history_is_refused() {
     let server = Server::start(&["--persistence", "off"]);

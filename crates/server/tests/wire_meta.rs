@@ -272,7 +272,7 @@ fn meta_follows_protocol_txt_1_6_4x() {
 /// ms with C as memcached 1.6.45's `do_store_item` has it (metaget.t's "ms append with bad
 /// cas"): set and replace compare (NF, EX); append and prepend compare unless C is 0 and say
 /// NS for a missing key whatever C says; add ignores C. Breaking it: checking C before the
-/// mode (as cairn did) answers NF to the first line.
+/// mode answers NF to the first line.
 #[test]
 fn ms_compares_cas_by_mode() {
     let server = Server::start(&[]);
