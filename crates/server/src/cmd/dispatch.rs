@@ -173,7 +173,7 @@ fn execute(ctx: &Arc<Ctx>, tx: &Tx<'_>, request: Request, out: &mut Vec<u8>) -> 
             }
         }
         Request::FlushAll { delay, noreply } => {
-            let reply = flush::flush_all(ctx, tx, delay, now);
+            let reply = flush::reply(flush::flush_all(ctx, tx, delay, now));
             if !noreply {
                 out.extend_from_slice(reply);
             }

@@ -13,13 +13,23 @@ use super::exptime::absolute_exptime;
 use crate::stats::bump;
 use crate::Ctx;
 
+/// `-F` refused a flush_all.
+pub struct FlushDisabled;
+
+/// The text protocol's reply to [`flush_all`]'s outcome.
+pub fn reply(r: Result<(), FlushDisabled>) -> &'static [u8] {
+    match r {
+        Ok(()) => b"OK\r\n",
+        Err(FlushDisabled) => b"CLIENT_ERROR flush_all not allowed\r\n",
+    }
+}
+
 /// Flushes now (`delay` 0 or a time already past) or schedules a flush at `now + delay` (or
-/// the absolute time); returns the reply. With `-F` it is refused (and still counted, as
-/// memcached counts it).
-pub fn flush_all(ctx: &Arc<Ctx>, tx: &Tx<'_>, delay: i64, now: u32) -> &'static [u8] {
+/// the absolute time). With `-F` it is refused (and still counted, as memcached counts it).
+pub fn flush_all(ctx: &Arc<Ctx>, tx: &Tx<'_>, delay: i64, now: u32) -> Result<(), FlushDisabled> {
     bump(&ctx.counters.cmd_flush);
     if ctx.config.disable_flush_all {
-        return b"CLIENT_ERROR flush_all not allowed\r\n";
+        return Err(FlushDisabled);
     }
     let at = absolute_exptime(delay, now);
     if at == 0 || at <= now {
@@ -28,7 +38,7 @@ pub fn flush_all(ctx: &Arc<Ctx>, tx: &Tx<'_>, delay: i64, now: u32) -> &'static 
         tx.schedule_flush(at);
         arm_timer(ctx, at, now);
     }
-    b"OK\r\n"
+    Ok(())
 }
 
 /// Runs the flush scheduled for `at` when that time comes, unless a later flush_all replaced

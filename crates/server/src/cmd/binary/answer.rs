@@ -37,19 +37,15 @@ use crate::cmd::{flush, get, touch};
 use crate::version::VERSION;
 use crate::Ctx;
 
-/// Runs `f` through the one write path: admitted, `key`'s item brought back from flash,
-/// applied; its acknowledgement joins what the session's output waits for.
+/// Runs `f` through the one write path (`Engine::apply_write`); its acknowledgement joins
+/// what the session's output waits for.
 async fn write<C: Session, R>(
     ctx: &Ctx,
     c: &mut C,
     key: Option<&[u8]>,
     f: impl FnOnce(&Tx<'_>) -> R,
 ) -> Result<R, WriteError> {
-    ctx.engine.admit().await?;
-    if let Some(key) = key {
-        ctx.engine.resolve(key).await?;
-    }
-    let (r, ack) = ctx.engine.apply(f);
+    let (r, ack) = ctx.engine.apply_write(key, f).await?;
     c.note(ack);
     Ok(r)
 }
@@ -197,14 +193,13 @@ pub async fn answer<C: Session>(
             }
         }
         Command::Flush { delay, quiet } => {
-            let reply = write_or_refuse!(None, |tx: &Tx<'_>| {
+            let flushed = write_or_refuse!(None, |tx: &Tx<'_>| {
                 flush::flush_all(ctx, tx, i64::from(delay), now)
             });
-            if reply == b"OK\r\n" {
-                done(c, quiet, 0);
-            } else {
+            match flushed {
+                Ok(()) => done(c, quiet, 0),
                 // `-F`: memcached answers a refused flush with an auth error.
-                fail(c, Status::AuthError);
+                Err(flush::FlushDisabled) => fail(c, Status::AuthError),
             }
         }
         Command::Quit { quiet } => {
