@@ -381,6 +381,19 @@ fn verbosity_needs_no_admin() {
     expect(&r, VERBOSITY, SUCCESS, 3);
 }
 
+/// Under `-F` a binary Flush is refused with memcached's answer, 0x0020 (an auth error), and
+/// the item stays.
+#[test]
+fn flush_under_dash_f_is_refused() {
+    let server = Server::start(&["-F"]);
+    let mut c = server.connect();
+    set(&mut c, b"k", b"v", 0);
+    let r = call(&mut c, &packet(FLUSH, &[], &[], &[], 4, 0));
+    expect(&r, FLUSH, 0x0020, 4);
+    let r = call(&mut c, &packet(GETK, &[], b"k", &[], 5, 0));
+    expect(&r, GETK, SUCCESS, 5);
+}
+
 #[test]
 fn cas_in_the_header() {
     let server = Server::start(&[]);
