@@ -8,6 +8,10 @@ Each server is started on a free loopback port, loaded with N items of the ARCUS
 cairn runs with its defaults (sync persistence, in a fresh data folder each time; the gRPC API
 on a free port) unless a --cairn spec says otherwise.
 
+RSS is read at rest: --rest seconds (2 by default) after the load, for every server alike, so
+that what a burst leaves behind and a server gives back when it goes quiet is not counted
+(cairn's log hands its burst buffers back after a second without writes).
+
 The RSS is also read when half of the items are in (N/2), which splits the growth into a cost
 per item (the slope between N/2 and N) and a fixed cost (what the slope does not explain: a
 bounded buffer such as the gRPC watch history, filled long before N/2). At N and N/2 the store's
@@ -105,7 +109,7 @@ def load_redis(port, start, end):
         t.join()
 
 
-def measure(name, cmd, port, loader, probe, expect, n, cairn):
+def measure(name, cmd, port, loader, probe, expect, n, cairn, rest):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(port, probe, expect, proc)
@@ -113,9 +117,11 @@ def measure(name, cmd, port, loader, probe, expect, n, cairn):
         t0 = time.time()
         half = n // 2
         loader(port, 1, half + 1)
+        time.sleep(rest)
         at_half = rss_bytes(proc.pid)
         loader(port, half + 1, n + 1)
-        secs = time.time() - t0
+        secs = time.time() - t0 - rest
+        time.sleep(rest)
         after = rss_bytes(proc.pid)
         per_item = (after - before) / n
         slope = (after - at_half) / (n - half)
@@ -155,6 +161,7 @@ def main():
     )
     ap.add_argument("--rounds", type=int, default=1, help="alternate the cairn runs this many times")
     ap.add_argument("--no-others", action="store_true", help="cairn only (no memcached, redis)")
+    ap.add_argument("--rest", type=float, default=2.0, help="seconds after a load before RSS is read")
     ap.add_argument("--data-parent", default=".", help="where cairn's fresh data folders go (a real disk)")
     args = ap.parse_args()
     n = args.n
@@ -184,7 +191,7 @@ def main():
                 per_item, breakdown = measure(
                     label,
                     [path, "-p", str(port), "-m", mem_mb, "-t", "2", "--data-dir", data, *extra],
-                    port, load_memcache, b"version\r\n", b"VERSION", n, True,
+                    port, load_memcache, b"version\r\n", b"VERSION", n, True, args.rest,
                 )
             results.setdefault(label, []).append(per_item)
             breakdowns.append(breakdown)
@@ -193,7 +200,7 @@ def main():
         results["memcached"] = [measure(
             "memcached (-t 2)",
             ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", mem_mb, "-t", "2", "-u", "root"],
-            port, load_memcache, b"version\r\n", b"VERSION", n, False,
+            port, load_memcache, b"version\r\n", b"VERSION", n, False, args.rest,
         )[0]]
     elif not args.no_others:
         print("memcached not installed: skipped", file=sys.stderr)
@@ -203,7 +210,7 @@ def main():
             results["redis"] = [measure(
                 "redis-server (no persistence)",
                 ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d],
-                port, load_redis, b"PING\r\n", b"PONG", n, False,
+                port, load_redis, b"PING\r\n", b"PONG", n, False, args.rest,
             )[0]]
     elif not args.no_others:
         print("redis-server not installed: skipped", file=sys.stderr)

@@ -19,7 +19,7 @@ use crate::fs::DIRECT_ALIGN;
 use crate::marks::Lsn;
 use crate::options::Durability;
 use crate::pending::{
-    Chunk, PendingBuf, FIRST_CHUNK_BYTES, FRAME_OUTSIDE_LOCK_BYTES, MAX_CHUNK_BYTES,
+    Chunk, PendingBuf, CHUNK_BUF_BYTES, FRAME_OUTSIDE_LOCK_BYTES, MAX_CHUNK_BYTES,
 };
 use crate::shared::{Shared, State};
 
@@ -83,8 +83,10 @@ impl Shared {
         if len >= FRAME_OUTSIDE_LOCK_BYTES {
             st.pending.push(Chunk::Slot { lsn, record: None });
             self.add_pending(&mut st, framed_len);
+            let reused = PendingBuf::take_free(&mut st.free_buffers, head, framed_len);
             drop(st);
-            let mut record = PendingBuf::with_capacity(head, framed_len);
+            // A new mapping, when one is needed, is made outside the lock too.
+            let mut record = reused.unwrap_or_else(|| PendingBuf::with_capacity(head, framed_len));
             record.push_record(self.log_id, lsn, parts, framed_len);
             let mut st = self.state.lock();
             // The slot is still pending: the syncer takes no chunk at or after an unfilled one.
@@ -109,13 +111,8 @@ impl Shared {
                 bytes
             }
             _ => {
-                let bytes = match free_buffers.pop() {
-                    Some(mut b) => {
-                        b.reset(head);
-                        b
-                    }
-                    None => PendingBuf::with_capacity(head, FIRST_CHUNK_BYTES),
-                };
+                let bytes = PendingBuf::take_free(free_buffers, head, CHUNK_BUF_BYTES)
+                    .unwrap_or_else(|| PendingBuf::with_capacity(head, CHUNK_BUF_BYTES));
                 pending.push(Chunk::Framed {
                     bytes,
                     first: lsn,

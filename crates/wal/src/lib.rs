@@ -69,6 +69,7 @@ mod index;
 mod log;
 mod marks;
 mod options;
+mod pages;
 mod pending;
 mod reader;
 mod recovery;

@@ -106,6 +106,10 @@ pub struct LogOptions {
     /// policy cannot be set, the log runs the same. Off by default; the server turns it on
     /// (docs/decisions/0011-the-log-syncer-under-sched-batch.md has the measurement).
     pub syncer_batch_sched: bool,
+    /// After this long without an append, the syncer hands the memory of the last burst's
+    /// buffers (pending chunks kept for reuse, the pages the O_DIRECT staging buffer touched)
+    /// back to the operating system ([`crate::LogStats::buffer_releases`]).
+    pub release_after: Duration,
 }
 
 impl Default for LogOptions {
@@ -122,6 +126,7 @@ impl Default for LogOptions {
             direct_io: false,
             reuse_segments: 2,
             syncer_batch_sched: false,
+            release_after: Duration::from_secs(1),
         }
     }
 }

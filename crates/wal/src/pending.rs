@@ -8,9 +8,12 @@
 //!
 //! Non-goals: appending (`crate::appender`) and writing (`crate::syncer`).
 
+use memmap2::MmapMut;
+
 use crate::format;
 use crate::fs::DIRECT_ALIGN;
 use crate::marks::Lsn;
+use crate::pages;
 
 /// Records of at least this many bytes are framed (checksummed and copied) by their appender
 /// outside the state lock, in a slot reserved in LSN order, so that other appenders and the
@@ -29,8 +32,8 @@ pub(crate) const MAX_CHUNK_BYTES: usize = 1 << 20;
 /// `State::next_offset`).
 ///
 /// ```text
-///   raw:  [start: aligned]
-///         [head bytes: room for the file's partly written last block][records ...][room]
+///   mem:  [head bytes: room for the file's partly written last block][records ...][room]
+///         ^ page-aligned
 /// ```
 ///
 /// When the prediction holds (the usual case: one chunk per write, no new segment), the
@@ -38,11 +41,10 @@ pub(crate) const MAX_CHUNK_BYTES: usize = 1 << 20;
 /// records, zeroes the end of the last block and writes the buffer itself: no staging copy
 /// of the records. Otherwise the records are staged as before (`DirectBuf::stage`).
 pub(crate) struct PendingBuf {
-    /// Owns the memory; `raw[start..]` is the aligned part, never reallocated while records
-    /// are in it except to grow.
-    raw: Vec<u8>,
-    start: usize,
-    /// Where the records begin within the aligned part (< [`DIRECT_ALIGN`]).
+    /// Page-aligned memory (`crate::pages`), never reallocated while records are in it
+    /// except to grow.
+    mem: MmapMut,
+    /// Where the records begin within it (< [`DIRECT_ALIGN`]).
     head: usize,
     /// Bytes of records.
     len: usize,
@@ -50,24 +52,30 @@ pub(crate) struct PendingBuf {
 
 impl PendingBuf {
     /// An empty buffer whose records start at `head` and that holds `records` bytes of
-    /// records plus the padding of a direct write without growing.
+    /// records plus the padding of a direct write without growing: a new mapping, sized for
+    /// any head and at least [`CHUNK_BUF_BYTES`] of records, so that, once emptied, it can
+    /// serve as any chunk.
     pub fn with_capacity(head: usize, records: usize) -> PendingBuf {
-        let mut b = PendingBuf {
-            raw: Vec::new(),
-            start: 0,
-            head: 0,
-            len: 0,
-        };
-        b.reset(head);
-        b.reserve(records);
-        b
+        debug_assert!(head < DIRECT_ALIGN);
+        let mem = pages::zeroed(Self::padded(
+            DIRECT_ALIGN - 1 + records.max(CHUNK_BUF_BYTES),
+        ));
+        PendingBuf { mem, head, len: 0 }
     }
 
-    /// Empties the buffer for records that start at `head`, keeping its memory.
-    pub fn reset(&mut self, head: usize) {
-        debug_assert!(head < DIRECT_ALIGN);
-        self.head = head;
-        self.len = 0;
+    /// One of `free` (emptied buffers) that holds `records` bytes of records at `head`, taken
+    /// out and emptied for them: its memory is reused, and its pages are already resident.
+    pub fn take_free(
+        free: &mut Vec<PendingBuf>,
+        head: usize,
+        records: usize,
+    ) -> Option<PendingBuf> {
+        let need = Self::padded(head + records);
+        let i = free.iter().position(|b| b.mem.len() >= need)?;
+        let mut b = free.swap_remove(i);
+        b.head = head;
+        b.len = 0;
+        Some(b)
     }
 
     pub fn head(&self) -> usize {
@@ -75,43 +83,39 @@ impl PendingBuf {
     }
 
     pub fn records(&self) -> &[u8] {
-        &self.raw[self.start + self.head..self.start + self.head + self.len]
+        &self.mem[self.head..self.head + self.len]
     }
 
     pub fn records_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start + self.head..self.start + self.head + self.len]
+        &mut self.mem[self.head..self.head + self.len]
     }
 
-    /// Bytes the aligned part must hold for `more` more bytes of records, a block of end
-    /// marker and the padding to a block's end.
-    fn needed(&self, more: usize) -> usize {
-        (self.head + self.len + more + format::END_MARKER.len()).next_multiple_of(DIRECT_ALIGN)
+    /// Bytes a buffer must hold for `used` bytes (head and records), a block of end marker
+    /// and the padding to a block's end.
+    fn padded(used: usize) -> usize {
+        (used + format::END_MARKER.len()).next_multiple_of(DIRECT_ALIGN)
     }
 
     /// Makes room for `more` bytes of records. Growing copies the records once; buffers are
-    /// reused at their grown size, so it is rare.
+    /// mapped for what their chunk holds (a slot's record, or up to [`CHUNK_BUF_BYTES`]), so
+    /// at most a chunk's last record, by less than a record header, ever makes one grow.
     fn reserve(&mut self, more: usize) {
-        let need = self.needed(more);
-        if self.raw.len() - self.start >= need {
+        let need = Self::padded(self.head + self.len + more);
+        if self.mem.len() >= need {
             return;
         }
-        let cap = need.max(2 * (self.raw.len() - self.start));
-        let mut raw = vec![0u8; cap + DIRECT_ALIGN];
-        let start = raw.as_ptr().align_offset(DIRECT_ALIGN);
-        let (from, to) = (self.start + self.head, start + self.head);
-        if self.len > 0 {
-            raw[to..to + self.len].copy_from_slice(&self.raw[from..from + self.len]);
-        }
-        self.raw = raw;
-        self.start = start;
+        let mut mem = pages::zeroed(need.max(2 * self.mem.len()));
+        let records = self.head..self.head + self.len;
+        mem[records.clone()].copy_from_slice(&self.mem[records]);
+        self.mem = mem;
     }
 
     /// Frames one record (header, CRC, `parts`) after the others: the one copy of the
     /// parts into the log.
     pub fn push_record(&mut self, log_id: u64, lsn: Lsn, parts: &[&[u8]], framed_len: usize) {
         self.reserve(framed_len);
-        let at = self.start + self.head + self.len;
-        format::frame_record_into(&mut self.raw[at..at + framed_len], log_id, lsn, parts);
+        let at = self.head + self.len;
+        format::frame_record_into(&mut self.mem[at..at + framed_len], log_id, lsn, parts);
         self.len += framed_len;
     }
 
@@ -124,9 +128,8 @@ impl PendingBuf {
             self.head,
             "records laid out for another block offset"
         );
-        let padded = self.needed(0);
         let end = self.head + self.len;
-        let buf = &mut self.raw[self.start..self.start + padded];
+        let buf = &mut self.mem[..Self::padded(end)];
         buf[..kept.len()].copy_from_slice(kept);
         buf[end..].fill(0);
         debug_assert_eq!(buf.as_ptr() as usize % DIRECT_ALIGN, 0);
@@ -134,8 +137,18 @@ impl PendingBuf {
     }
 }
 
-/// What a new `Chunk::Framed` buffer holds before it grows (it is reused at its grown size).
-pub(crate) const FIRST_CHUNK_BYTES: usize = 64 << 10;
+/// How many emptied buffers are kept for reuse: as many chunks as the pending buffer holds
+/// before appenders wait for room (at least one being filled while one is written), so that
+/// a burst of large records does not map new ones. The rest are unmapped; all of them go back
+/// to the operating system once the log is quiet ([`crate::LogOptions::release_after`]).
+pub(crate) fn free_buffers_kept(max_pending_bytes: usize) -> usize {
+    (max_pending_bytes / MAX_CHUNK_BYTES).max(2)
+}
+
+/// What a `Chunk::Framed` buffer is mapped to hold: a chunk takes records until it holds
+/// [`MAX_CHUNK_BYTES`], and its last record is smaller than [`FRAME_OUTSIDE_LOCK_BYTES`]
+/// (larger ones take a slot). Only the pages its records reach are ever resident.
+pub(crate) const CHUNK_BUF_BYTES: usize = MAX_CHUNK_BYTES + FRAME_OUTSIDE_LOCK_BYTES;
 
 /// A run of appended records, in LSN order, waiting for the syncer.
 pub(crate) enum Chunk {
@@ -179,6 +192,14 @@ impl Chunk {
         match self {
             Chunk::Framed { bytes, .. } => bytes.records_mut(),
             Chunk::Slot { record, .. } => record.as_mut().map_or(&mut [], PendingBuf::records_mut),
+        }
+    }
+
+    /// The buffer of a filled chunk, to be reused.
+    pub fn into_buf(self) -> Option<PendingBuf> {
+        match self {
+            Chunk::Framed { bytes, .. } => Some(bytes),
+            Chunk::Slot { record, .. } => record,
         }
     }
 

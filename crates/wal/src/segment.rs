@@ -40,8 +40,13 @@ impl Shared {
     /// Turns the spare into the segment starting at `first`: rename, then the header (written
     /// with the first batch, which is made durable and followed by a directory fsync before
     /// anything in it is acknowledged as durable). A crash in between leaves a headerless
-    /// newest segment or a spare: recovery drops both.
-    pub(crate) fn next_segment(&self, first: Lsn) -> Result<Tail, WalError> {
+    /// newest segment or a spare: recovery drops both. `staging` is the old tail's O_DIRECT
+    /// staging buffer, reused (its pages are resident already).
+    pub(crate) fn next_segment(
+        &self,
+        first: Lsn,
+        staging: Option<DirectBuf>,
+    ) -> Result<Tail, WalError> {
         let spare = self.take_spare()?;
         let path = self.dir.join(format::segment_name(first));
         self.fs
@@ -60,6 +65,7 @@ impl Shared {
             format::HEADER_LEN as u64,
             &header,
             format::VERSION,
+            staging,
         )?;
         if tail.direct.is_none() {
             tail.file
@@ -95,12 +101,12 @@ impl Shared {
                 "recovery found records up to the tail offset"
             );
         }
-        self.open_tail_with(path, first_lsn, offset, &kept, version)
+        self.open_tail_with(path, first_lsn, offset, &kept, version, None)
     }
 
     /// Opens `path` as the tail, appending at `offset`; `kept` holds the file's bytes from
     /// `offset` rounded down to a block, which O_DIRECT writes repeat; `version` is the format
-    /// version of the segment's header.
+    /// version of the segment's header; `staging` an O_DIRECT staging buffer to reuse.
     fn open_tail_with(
         &self,
         path: PathBuf,
@@ -108,6 +114,7 @@ impl Shared {
         offset: u64,
         kept: &[u8],
         version: u32,
+        staging: Option<DirectBuf>,
     ) -> Result<Tail, WalError> {
         let io = |e| WalError::io(&path, e);
         let mut buffered = None;
@@ -118,7 +125,14 @@ impl Shared {
             }
             .map_err(io)?;
             buffered = Some(self.fs.open(&path).map_err(io)?);
-            (std::sync::Arc::from(file), Some(DirectBuf::new(kept)))
+            let staging = match staging {
+                Some(mut b) => {
+                    b.keep(kept);
+                    b
+                }
+                None => DirectBuf::new(kept),
+            };
+            (std::sync::Arc::from(file), Some(staging))
         } else {
             (std::sync::Arc::from(self.fs.open(&path).map_err(io)?), None)
         };

@@ -96,6 +96,8 @@ pub(crate) struct State {
     pub(crate) writing_bytes: usize,
     /// Emptied `Chunk::Framed` buffers, handed back by the syncer for reuse.
     pub(crate) free_buffers: Vec<PendingBuf>,
+    /// See [`crate::LogStats::buffer_releases`].
+    pub(crate) buffer_releases: u64,
     /// The file offset where the next appended record lands if no new segment starts before
     /// it: the tail's end after the batch being written plus `pending_bytes`. Its block
     /// offset lays a new chunk out for an O_DIRECT write without staging (see

@@ -16,6 +16,7 @@ use crate::format;
 use crate::fs::{FileSystem, LogFile};
 use crate::marks::Lsn;
 use crate::options::{LogOptions, Prealloc};
+use crate::pages;
 
 /// Where the spare thread is with the next segment file.
 pub(crate) enum SpareState {
@@ -68,7 +69,9 @@ pub(crate) fn prepare_file(
     match opts.prealloc {
         Prealloc::SetLen => file.set_len(opts.segment_bytes).map_err(io)?,
         Prealloc::ZeroFill => {
-            let zeros = vec![0u8; 1 << 20];
+            // A mapping, not a Vec (`crate::pages`): it reads as the kernel's zero page, and
+            // freeing it leaves malloc's heap as it was.
+            let zeros = pages::zeroed(1 << 20);
             let mut at = 0;
             while at < opts.segment_bytes {
                 let n = zeros.len().min((opts.segment_bytes - at) as usize);

@@ -57,6 +57,9 @@ pub struct LogStats {
     pub segments_reused: u64,
     /// Whether the spare thread is asked for, or busy making, the next segment file.
     pub spare_preparing: bool,
+    /// Times the log went quiet after appends and its buffers went back to the operating
+    /// system (see [`crate::LogOptions::release_after`]).
+    pub buffer_releases: u64,
     /// Segment files in the log.
     pub segments: usize,
     /// Bytes of all segment files (their preallocated size).

@@ -10,6 +10,7 @@
 //!              sync:  write durably (RWF_DSYNC, or write + fdatasync) ─> written = durable
 //!              async: write ─> written = last
 //!            closing, nothing left ────────────────> exit
+//!            quiet for `release_after` since the last append ─> buffers back to the OS
 //!            else wait (async with unsynced bytes: until the flush interval is up)
 //! ```
 //!
@@ -29,14 +30,14 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::WalError;
 use crate::format;
 use crate::fs::{LogFile, DIRECT_ALIGN};
 use crate::marks::{Lsn, Marks};
 use crate::options::Durability;
-use crate::pending::Chunk;
+use crate::pending::{free_buffers_kept, Chunk, PendingBuf};
 use crate::shared::{Shared, State, Writer};
 use crate::tail::Tail;
 
@@ -94,6 +95,30 @@ enum Timed {
 /// Zeros that pad an async write on a direct tail to a block's end.
 static ZERO_BLOCK: [u8; DIRECT_ALIGN] = [0; DIRECT_ALIGN];
 
+/// When the syncer last saw new appends, for handing the buffers of a burst back to the
+/// operating system once the log is quiet ([`crate::LogOptions::release_after`]).
+struct Quiet {
+    /// `State::next_lsn` when last seen.
+    next_lsn: Lsn,
+    /// When it was first seen at that value.
+    since: Instant,
+    /// The buffers went back since the last append.
+    released: bool,
+}
+
+impl Quiet {
+    /// Notes the appends up to `next_lsn`; the time left until the buffers go back (zero:
+    /// now), or None when they already went back after the last append.
+    fn release_in(&mut self, next_lsn: Lsn, after: Duration) -> Option<Duration> {
+        if next_lsn != self.next_lsn {
+            self.next_lsn = next_lsn;
+            self.since = Instant::now();
+            self.released = false;
+        }
+        (!self.released).then(|| after.saturating_sub(self.since.elapsed()))
+    }
+}
+
 fn us_since(t: Instant) -> u64 {
     (t.elapsed().as_micros() as u64).max(1)
 }
@@ -114,9 +139,15 @@ impl Shared {
         if self.opts.syncer_batch_sched {
             batch_sched_for_this_thread();
         }
+        let mut quiet = Quiet {
+            next_lsn: self.state.lock().next_lsn,
+            since: Instant::now(),
+            released: true,
+        };
         loop {
-            // Wait for work under the state lock alone: a helper may write meanwhile.
-            {
+            // Wait for work under the state lock alone: a helper may write meanwhile. Quiet
+            // for `release_after`: the buffers kept for reuse are taken, to be dropped.
+            let released = {
                 let mut st = self.state.lock();
                 loop {
                     if st.poisoned.is_some() {
@@ -126,7 +157,7 @@ impl Shared {
                     if self.sync_due(&st, sync_mode)
                         || st.ready_chunks(self.opts.max_pending_bytes) > 0
                     {
-                        break;
+                        break None;
                     }
                     // (Not while a helper's write is under way: its records need the last
                     // fdatasync too, and it wakes the syncer when done.)
@@ -134,22 +165,35 @@ impl Shared {
                     {
                         return;
                     }
-                    match st.unsynced_since {
-                        Some(t) => {
-                            let left = self.opts.flush_interval.saturating_sub(t.elapsed());
-                            self.work_cv.wait_for(&mut st, left);
-                        }
+                    let release_in = quiet.release_in(st.next_lsn, self.opts.release_after);
+                    if release_in == Some(Duration::ZERO) {
+                        quiet.released = true;
+                        st.buffer_releases += 1;
+                        break Some(std::mem::take(&mut st.free_buffers));
+                    }
+                    let wait = match st.unsynced_since {
+                        Some(t) => Some(self.opts.flush_interval.saturating_sub(t.elapsed())),
                         // Async: records appended by a thread that writes before it sleeps
                         // come without a wake; this is the backstop if it does not.
-                        None if !sync_mode => {
-                            self.work_cv.wait_for(&mut st, self.opts.flush_interval);
-                        }
+                        None if !sync_mode => Some(self.opts.flush_interval),
+                        None => None,
+                    };
+                    match wait.into_iter().chain(release_in).min() {
+                        Some(d) => drop(self.work_cv.wait_for(&mut st, d)),
                         None => self.work_cv.wait(&mut st),
                     }
                 }
-            }
+            };
             let mut writer = self.writer.lock();
             let w = writer.as_mut().expect("the tail is set at open");
+            if let Some(buffers) = released {
+                // Outside the state lock: appenders do not wait for the unmapping.
+                drop(buffers);
+                if let Some(direct) = w.tail.direct.as_mut() {
+                    direct.release();
+                }
+                continue;
+            }
             match self.step(w, Role::Syncer) {
                 Err(()) => return,
                 Ok(None) => {}
@@ -273,12 +317,8 @@ impl Shared {
             } => {
                 self.taken.advance(last);
                 let result = self.write_batch(&mut w.tail, &mut batch, first, bytes, durable);
-                let mut emptied = Vec::new();
-                for chunk in batch.drain(..) {
-                    if let Chunk::Framed { bytes, .. } = chunk {
-                        emptied.push(bytes);
-                    }
-                }
+                let mut emptied: Vec<PendingBuf> =
+                    batch.drain(..).filter_map(Chunk::into_buf).collect();
                 w.spare = batch;
                 result.map(|timed| {
                     // Before the state below: the syncer, looking at the state, then sees the
@@ -289,9 +329,11 @@ impl Shared {
                         st.bytes_written += bytes as u64;
                         st.writing_bytes = 0;
                         st.next_offset = w.tail.offset + st.pending_bytes as u64;
-                        // Two buffers are enough: one being filled while one is written.
-                        let room = 2usize.saturating_sub(st.free_buffers.len());
-                        st.free_buffers.extend(emptied.into_iter().take(room));
+                        // Those not kept are unmapped after the lock is let go.
+                        let kept = free_buffers_kept(self.opts.max_pending_bytes);
+                        let room = kept.saturating_sub(st.free_buffers.len());
+                        st.free_buffers
+                            .extend(emptied.drain(..room.min(emptied.len())));
                         match timed {
                             Timed::Write { write_us, sync_us } => {
                                 let _ = st.hist.write_us.record(write_us);
@@ -423,7 +465,7 @@ impl Shared {
             if written > self.durable.get() {
                 self.sync_written(tail, written)?;
             }
-            *tail = self.next_segment(first)?;
+            *tail = self.next_segment(first, tail.direct.take())?;
         }
         if tail.version >= 2 && self.written.get() == self.durable.get() {
             format::mark_sync_start(batch[0].bytes_mut());

@@ -9,9 +9,16 @@
 
 use std::path::Path;
 
+use memmap2::MmapMut;
+
 use crate::format;
 use crate::fs::{LogFile, DIRECT_ALIGN};
 use crate::options::LogOptions;
+use crate::pages;
+
+/// What a [`DirectBuf`] is mapped to hold at first; it grows for a larger batch. Only the
+/// pages a staged write reaches are resident.
+const STAGE_BYTES: usize = 1 << 20;
 
 /// The segment the syncer appends to.
 pub(crate) struct Tail {
@@ -55,45 +62,49 @@ pub(crate) struct Tail {
 /// a direct tail through the page cache from the same block start (kept bytes first), so the
 /// kept bytes stay what the file holds whichever way a batch went.
 pub(crate) struct DirectBuf {
-    /// Owns the memory; `raw[start..]` is the aligned part.
-    raw: Vec<u8>,
-    start: usize,
-    /// Bytes at the aligned start: the partly written last block (tail offset % 4096).
+    /// Page-aligned memory (`crate::pages`).
+    mem: MmapMut,
+    /// Bytes at the start: the partly written last block (tail offset % 4096).
     pub kept: usize,
 }
 
 impl DirectBuf {
     pub fn new(kept: &[u8]) -> DirectBuf {
-        assert!(kept.len() < DIRECT_ALIGN, "only a partial block is kept");
         let mut b = DirectBuf {
-            raw: Vec::new(),
-            start: 0,
+            mem: pages::zeroed(STAGE_BYTES),
             kept: 0,
         };
-        b.reserve(1 << 20);
-        b.raw[b.start..b.start + kept.len()].copy_from_slice(kept);
-        b.kept = kept.len();
+        b.keep(kept);
         b
+    }
+
+    /// Keeps `kept` (the partly written last block of another file) in place of the kept
+    /// bytes.
+    pub fn keep(&mut self, kept: &[u8]) {
+        assert!(kept.len() < DIRECT_ALIGN, "only a partial block is kept");
+        self.mem[..kept.len()].copy_from_slice(kept);
+        self.kept = kept.len();
     }
 
     /// The kept bytes: the file's last, partly written block.
     pub fn kept_bytes(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.kept]
+        &self.mem[..self.kept]
     }
 
     /// Makes room for `len` aligned bytes, keeping the kept block.
     fn reserve(&mut self, len: usize) {
-        if self.raw.len() - self.start >= len {
+        if self.mem.len() >= len {
             return;
         }
-        let len = len.max(2 * (self.raw.len() - self.start));
-        let mut raw = vec![0u8; len + DIRECT_ALIGN];
-        let addr = raw.as_ptr() as usize;
-        let start = (DIRECT_ALIGN - addr % DIRECT_ALIGN) % DIRECT_ALIGN;
-        raw[start..start + self.kept]
-            .copy_from_slice(&self.raw[self.start..self.start + self.kept]);
-        self.raw = raw;
-        self.start = start;
+        let mut mem = pages::zeroed(len.max(2 * self.mem.len()));
+        mem[..self.kept].copy_from_slice(self.kept_bytes());
+        self.mem = mem;
+    }
+
+    /// Hands the pages that staged writes touched back to the operating system: the buffer
+    /// starts again at its first size, with the kept block.
+    pub fn release(&mut self) {
+        *self = DirectBuf::new(self.kept_bytes());
     }
 
     /// Lays out kept bytes + `parts` (back to back) + zero padding; returns the aligned bytes
@@ -102,7 +113,7 @@ impl DirectBuf {
         let used = self.kept + parts.iter().map(|p| p.len()).sum::<usize>();
         let padded = used.next_multiple_of(DIRECT_ALIGN);
         self.reserve(padded);
-        let buf = &mut self.raw[self.start..self.start + padded];
+        let buf = &mut self.mem[..padded];
         let mut at = self.kept;
         for p in parts {
             buf[at..at + p.len()].copy_from_slice(p);
@@ -118,8 +129,7 @@ impl DirectBuf {
     pub fn advance(&mut self, batch_len: usize) {
         let used = self.kept + batch_len;
         let block = used / DIRECT_ALIGN * DIRECT_ALIGN;
-        self.raw
-            .copy_within(self.start + block..self.start + used, self.start);
+        self.mem.copy_within(block..used, 0);
         self.kept = used - block;
     }
 
@@ -144,7 +154,7 @@ impl DirectBuf {
             last[need - n..need].copy_from_slice(&part[part.len() - n..]);
             need -= n;
         }
-        self.raw[self.start..self.start + keep].copy_from_slice(&last[..keep]);
+        self.mem[..keep].copy_from_slice(&last[..keep]);
         self.kept = keep;
     }
 }

@@ -245,6 +245,11 @@ pub fn persistence(ctx: &Ctx) -> Vec<Reading> {
         1e-6,
     );
     r.counter("log_staged_writes", "Of the pwritev2(RWF_DSYNC) log writes, those whose records were copied into a staging buffer first (a batch of several chunks, or the first in a new segment).", l.staged_writes);
+    r.counter(
+        "log_buffer_releases",
+        "Times the log went quiet after writes and handed its buffers back to the operating system.",
+        l.buffer_releases,
+    );
     r.gauge(
         "snapshot_lsn",
         "Log sequence number the newest snapshot covers.",
@@ -482,6 +487,7 @@ mod tests {
                 "log_dsync_write_latency_us_p50",
                 "log_dsync_write_latency_us_p99",
                 "log_staged_writes",
+                "log_buffer_releases",
                 "snapshot_lsn",
                 "snapshot_bytes",
                 "checkpoints_done",
