@@ -20,6 +20,7 @@ use crate::format::{self, Bad, HEADER_LEN, RECORD_HEADER_LEN};
 use crate::fs::LogFile;
 use crate::index::STRIDE;
 use crate::marks::Lsn;
+use crate::pages::ReadBuf;
 use crate::shared::Shared;
 
 /// The first read of a scan; each next one doubles, up to [`MAX_READ`].
@@ -47,6 +48,8 @@ impl Shared {
         mut f: impl FnMut(Lsn, &[u8]) -> Result<bool, E>,
     ) -> Result<(), E> {
         let segments = self.state.lock().segments.clone();
+        // One read buffer for every segment (a new one would fault its pages in again).
+        let mut buf = ReadBuf::new();
         for (i, (first, path)) in segments.iter().enumerate() {
             if *first > upto {
                 break;
@@ -68,7 +71,7 @@ impl Shared {
                 offset,
                 last_of_segment: next_first.map(|n| n - 1),
             };
-            if !self.scan(scan, from, upto, &mut f)? {
+            if !self.scan(scan, from, upto, &mut buf, &mut f)? {
                 return Ok(());
             }
         }
@@ -81,12 +84,13 @@ impl Shared {
         s: Scan<'_>,
         from: Lsn,
         upto: Lsn,
+        buf: &mut ReadBuf,
         f: &mut impl FnMut(Lsn, &[u8]) -> Result<bool, E>,
     ) -> Result<bool, E> {
         let io = |e| WalError::io(s.path, e);
         let file = self.fs.open(s.path).map_err(io)?;
         let needed = s.last_of_segment.map_or(upto, |last| last.min(upto));
-        let mut buf: Vec<u8> = Vec::new();
+        buf.truncate(0);
         let mut buf_at = s.offset;
         let mut pos = 0usize;
         let mut expected = s.lsn;
@@ -110,12 +114,12 @@ impl Shared {
                 _ => RECORD_HEADER_LEN,
             };
             if rest.len() < whole {
-                buf.drain(..pos);
+                buf.drain_front(pos);
                 buf_at += pos as u64;
                 pos = 0;
                 let want = read_len.max(whole - buf.len());
                 read_len = (read_len * 2).min(MAX_READ);
-                if read_more(file.as_ref(), &mut buf, buf_at, want).map_err(io)? == 0 {
+                if read_more(file.as_ref(), buf, buf_at, want).map_err(io)? == 0 {
                     return Err(corrupt(s.path, at, "the segment ends before the record").into());
                 }
                 continue;
@@ -149,12 +153,12 @@ impl Shared {
 /// Appends up to `want` bytes of the file from `at + buf.len()` to `buf`; the bytes read.
 fn read_more(
     file: &dyn LogFile,
-    buf: &mut Vec<u8>,
+    buf: &mut ReadBuf,
     at: u64,
     want: usize,
 ) -> std::io::Result<usize> {
     let have = buf.len();
-    buf.resize(have + want, 0);
+    buf.resize(have + want);
     let mut n = 0;
     while n < want {
         let got = file.read_at(at + (have + n) as u64, &mut buf[have + n..])?;

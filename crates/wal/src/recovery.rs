@@ -29,6 +29,7 @@ use crate::format::{self, Bad, SegmentHeader, HEADER_LEN, RECORD_HEADER_LEN};
 use crate::fs::{FileSystem, LogFile};
 use crate::marks::Lsn;
 use crate::options::RecoveryMode;
+use crate::pages::{self, ReadBuf};
 
 /// What recovery found: enough to continue appending.
 pub(crate) struct Found {
@@ -55,12 +56,14 @@ struct ScanEnd {
 const CHUNK: usize = 4 << 20;
 
 /// Scans the records of one segment from its header on, calling `on_record` for each good
-/// one until it returns `Ok(false)`.
+/// one until it returns `Ok(false)`. `buf` is the read buffer, reused segment to segment (a
+/// new one would take a page fault for every 4 KiB it fills).
 fn scan_segment<E>(
     file: &dyn LogFile,
     path: &Path,
     log_id: u64,
     first_lsn: Lsn,
+    buf: &mut ReadBuf,
     mut on_record: impl FnMut(Lsn, &[u8]) -> Result<bool, E>,
 ) -> Result<ScanEnd, E>
 where
@@ -68,7 +71,7 @@ where
 {
     let io = |e| WalError::io(path, e);
     let len = file.size().map_err(io)?;
-    let mut buf: Vec<u8> = Vec::new();
+    buf.truncate(0);
     let mut buf_start = HEADER_LEN as u64;
     let mut pos = 0usize;
     let mut expected = first_lsn;
@@ -81,10 +84,10 @@ where
             _ => false,
         };
         if need_more && more {
-            buf.drain(..pos);
+            buf.drain_front(pos);
             buf_start += pos as u64;
             pos = 0;
-            let want = match format::decode_record(&buf, log_id) {
+            let want = match format::decode_record(buf, log_id) {
                 Err(Bad::Short) if buf.len() >= RECORD_HEADER_LEN => {
                     let l = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
                     (RECORD_HEADER_LEN + l).max(CHUNK)
@@ -93,7 +96,7 @@ where
             };
             let have = buf.len();
             let to_read = want.min((len - buf_start) as usize - have).max(1);
-            buf.resize(have + to_read, 0);
+            buf.resize(have + to_read);
             let n = file
                 .read_at(buf_start + have as u64, &mut buf[have..])
                 .map_err(io)?;
@@ -170,11 +173,11 @@ fn later_sync_group_after(
     if from + 1 >= len {
         return Ok(false);
     }
-    let mut rest = vec![0u8; (len - from - 1) as usize];
+    let mut buf = pages::zeroed((len - from - 1) as usize);
     let n = file
-        .read_at(from + 1, &mut rest)
+        .read_at(from + 1, &mut buf[..(len - from - 1) as usize])
         .map_err(|e| WalError::io(path, e))?;
-    rest.truncate(n);
+    let rest = &buf[..n];
     Ok(
         (0..rest.len()).any(|p| match format::decode_record(&rest[p..], log_id) {
             Ok((lsn, _, _)) => lsn > after_lsn && (!flags || format::starts_sync_group(&rest[p..])),
@@ -192,7 +195,7 @@ fn zero_from(file: &dyn LogFile, path: &Path, from: u64) -> Result<(), WalError>
 /// Overwrites `[from, to)` with zeros and syncs.
 fn zero_range(file: &dyn LogFile, path: &Path, from: u64, to: u64) -> Result<(), WalError> {
     let io = |e| WalError::io(path, e);
-    let zeros = vec![0u8; 1 << 20];
+    let zeros = pages::zeroed(1 << 20);
     let mut at = from;
     while at < to {
         let n = zeros.len().min((to - at) as usize);
@@ -213,7 +216,7 @@ fn zero_range(file: &dyn LogFile, path: &Path, from: u64, to: u64) -> Result<(),
 fn clear_after_end(file: &dyn LogFile, path: &Path, end: u64, window: u64) -> Result<(), WalError> {
     let io = |e| WalError::io(path, e);
     let to = file.size().map_err(io)?.min(end.saturating_add(window));
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = pages::zeroed(CHUNK);
     let mut at = end;
     while at < to {
         let want = CHUNK.min((to - at) as usize);
@@ -322,6 +325,7 @@ pub(crate) fn recover(
     // End offset of the last segment scanned (the tail, once the loop is done).
     let mut tail_end = 0;
     let mut tail_version = format::VERSION;
+    let mut buf = ReadBuf::new();
     let headers_only = mode == RecoveryMode::TolerateTornTail;
     // `expected` before the segment just passed on its header alone (see below).
     let mut expected_before_previous = None;
@@ -374,7 +378,10 @@ pub(crate) fn recover(
             continue;
         }
         read_ahead(fs, file.as_ref(), segs.get(i + 1).map(|(_, p)| p.as_path()));
-        let end = scan_segment::<WalError>(file.as_ref(), &path, h.log_id, first, |_, _| Ok(true))?;
+        let end =
+            scan_segment::<WalError>(file.as_ref(), &path, h.log_id, first, &mut buf, |_, _| {
+                Ok(true)
+            })?;
         expected = Some(end.last_lsn + 1);
         tail_end = end.end;
         if let Some((offset, why)) = end.bad {
@@ -436,6 +443,7 @@ pub fn read_records<E: From<WalError>>(
     upto: Lsn,
     mut f: impl FnMut(Lsn, &[u8]) -> Result<(), E>,
 ) -> Result<(), E> {
+    let mut buf = ReadBuf::new();
     for (i, (first, path)) in segments.iter().enumerate() {
         if *first > upto {
             break;
@@ -451,19 +459,26 @@ pub fn read_records<E: From<WalError>>(
         );
         let next_first = segments.get(i + 1).map(|(next, _)| *next);
         let mut past_next = None;
-        let end = scan_segment::<E>(file.as_ref(), path, log_id, *first, |lsn, payload| {
-            if lsn > upto {
-                return Ok(false);
-            }
-            if next_first.is_some_and(|next| lsn >= next) {
-                past_next = Some(lsn);
-                return Ok(false);
-            }
-            if lsn >= from {
-                f(lsn, payload)?;
-            }
-            Ok(true)
-        })?;
+        let end = scan_segment::<E>(
+            file.as_ref(),
+            path,
+            log_id,
+            *first,
+            &mut buf,
+            |lsn, payload| {
+                if lsn > upto {
+                    return Ok(false);
+                }
+                if next_first.is_some_and(|next| lsn >= next) {
+                    past_next = Some(lsn);
+                    return Ok(false);
+                }
+                if lsn >= from {
+                    f(lsn, payload)?;
+                }
+                Ok(true)
+            },
+        )?;
         if past_next.is_some() {
             return Err(corrupt(path, end.end, "record past the next segment's first LSN").into());
         }
@@ -505,6 +520,7 @@ pub fn scan_dir(
     mut on_record: impl FnMut(&Path, Lsn, &[u8]),
 ) -> Result<DirScan, WalError> {
     let mut out = Vec::new();
+    let mut buf = ReadBuf::new();
     for (first, path) in list_segments(fs, dir)? {
         let file = fs.open(&path).map_err(|e| WalError::io(&path, e))?;
         let header = read_header(file.as_ref(), &path)?;
@@ -528,6 +544,7 @@ pub fn scan_dir(
                     &path,
                     h.log_id,
                     first,
+                    &mut buf,
                     |lsn, payload| {
                         records += 1;
                         bytes += payload.len() as u64;
