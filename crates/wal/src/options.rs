@@ -108,7 +108,10 @@ pub struct LogOptions {
     pub syncer_batch_sched: bool,
     /// After this long without an append, the syncer hands the memory of the last burst's
     /// buffers (pending chunks kept for reuse, the pages the O_DIRECT staging buffer touched)
-    /// back to the operating system ([`crate::LogStats::buffer_releases`]).
+    /// back to the operating system ([`crate::LogStats::buffer_releases`]). The time counts
+    /// from when the syncer, between batches, first sees no new append (in async mode, within
+    /// `flush_interval` of the last one). Zero releases them after every quiet moment, and the
+    /// next burst maps and faults them in again.
     pub release_after: Duration,
 }
 

@@ -6,7 +6,9 @@
 //! raises glibc's mmap threshold, so that the store's segments are then carved from the heap
 //! too, where the buffers' freed pages can never be returned (the defaults' memory per item
 //! at 1M items, docs/PERFORMANCE.md "Memory per item"). Pages of a mapping that are never
-//! written cost nothing, so a buffer is mapped at the largest size it may need.
+//! written cost nothing, so a buffer is mapped at the largest size it may need (with
+//! transparent huge pages set to "always", an aligned 2 MiB of a larger mapping may come in
+//! whole; Debian's default is "madvise").
 //!
 //! Reads of the log (recovery's scan, the reader) use [`ReadBuf`] for the same reason: a freed
 //! read buffer of several megabytes would raise the threshold as well, and a restart put every

@@ -63,6 +63,12 @@ impl PendingBuf {
         PendingBuf { mem, head, len: 0 }
     }
 
+    /// Whether the buffer is of the size every chunk fits in (not one mapped for a larger
+    /// record): only those are kept for reuse, so that what is kept stays bounded.
+    pub fn is_standard(&self) -> bool {
+        self.mem.len() == Self::padded(DIRECT_ALIGN - 1 + CHUNK_BUF_BYTES)
+    }
+
     /// One of `free` (emptied buffers) that holds `records` bytes of records at `head`, taken
     /// out and emptied for them: its memory is reused, and its pages are already resident.
     pub fn take_free(
@@ -97,8 +103,8 @@ impl PendingBuf {
     }
 
     /// Makes room for `more` bytes of records. Growing copies the records once; buffers are
-    /// mapped for what their chunk holds (a slot's record, or up to [`CHUNK_BUF_BYTES`]), so
-    /// at most a chunk's last record, by less than a record header, ever makes one grow.
+    /// mapped for what their chunk holds (a slot's record, or a chunk's [`CHUNK_BUF_BYTES`]
+    /// with a block of slack), so it is a safety net that does not happen.
     fn reserve(&mut self, more: usize) {
         let need = Self::padded(self.head + self.len + more);
         if self.mem.len() >= need {
@@ -146,8 +152,10 @@ pub(crate) fn free_buffers_kept(max_pending_bytes: usize) -> usize {
 }
 
 /// What a `Chunk::Framed` buffer is mapped to hold: a chunk takes records until it holds
-/// [`MAX_CHUNK_BYTES`], and its last record is smaller than [`FRAME_OUTSIDE_LOCK_BYTES`]
-/// (larger ones take a slot). Only the pages its records reach are ever resident.
+/// [`MAX_CHUNK_BYTES`], and its last record's payload is smaller than
+/// [`FRAME_OUTSIDE_LOCK_BYTES`] (larger ones take a slot; the record header adds
+/// `format::RECORD_HEADER_LEN`, within the block of slack a buffer is mapped with). Only the
+/// pages its records reach are ever resident.
 pub(crate) const CHUNK_BUF_BYTES: usize = MAX_CHUNK_BYTES + FRAME_OUTSIDE_LOCK_BYTES;
 
 /// A run of appended records, in LSN order, waiting for the syncer.

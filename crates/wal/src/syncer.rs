@@ -187,8 +187,10 @@ impl Shared {
             let mut writer = self.writer.lock();
             let w = writer.as_mut().expect("the tail is set at open");
             if let Some(buffers) = released {
-                // Outside the state lock: appenders do not wait for the unmapping.
+                // Outside the state lock: appenders do not wait for the unmapping. Again under
+                // the writer lock: an async helper's write may have handed buffers back since.
                 drop(buffers);
+                drop(std::mem::take(&mut self.state.lock().free_buffers));
                 if let Some(direct) = w.tail.direct.as_mut() {
                     direct.release();
                 }
@@ -329,9 +331,11 @@ impl Shared {
                         st.bytes_written += bytes as u64;
                         st.writing_bytes = 0;
                         st.next_offset = w.tail.offset + st.pending_bytes as u64;
-                        // Those not kept are unmapped after the lock is let go.
+                        // Those not kept (beyond the count, or mapped for a record larger
+                        // than a chunk) are unmapped after the lock is let go.
                         let kept = free_buffers_kept(self.opts.max_pending_bytes);
                         let room = kept.saturating_sub(st.free_buffers.len());
+                        emptied.retain(PendingBuf::is_standard);
                         st.free_buffers
                             .extend(emptied.drain(..room.min(emptied.len())));
                         match timed {
@@ -465,6 +469,7 @@ impl Shared {
             if written > self.durable.get() {
                 self.sync_written(tail, written)?;
             }
+            // On failure the staging buffer is gone with the old tail: the log is poisoned then.
             *tail = self.next_segment(first, tail.direct.take())?;
         }
         if tail.version >= 2 && self.written.get() == self.durable.get() {
