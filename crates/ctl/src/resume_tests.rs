@@ -27,6 +27,16 @@ fn created(revision: u64) -> pb::WatchResponse {
     }
 }
 
+/// The response that ends an initial state.
+fn state_done(header: Option<pb::ResponseHeader>) -> pb::WatchResponse {
+    pb::WatchResponse {
+        header,
+        watch_id: WATCH_ID,
+        initial_state_done: true,
+        ..Default::default()
+    }
+}
+
 fn put(revision: u64) -> pb::Event {
     pb::Event {
         revision,
@@ -132,12 +142,7 @@ fn an_initial_state_is_shown_whole_or_asked_for_again() {
     assert_eq!(start_of(&mut r), (0, true));
     r.on_response(created(50)).unwrap();
     r.on_response(part).unwrap();
-    let done = pb::WatchResponse {
-        header: header(52),
-        watch_id: WATCH_ID,
-        initial_state_done: true,
-        ..Default::default()
-    };
+    let done = state_done(header(52));
     let got = r.on_response(done).unwrap();
     match &got[..] {
         [Item::Resync {
@@ -170,12 +175,7 @@ fn a_compacted_history_stops_the_watch_or_lists_again() {
     let mut r = Resume::new(template(), Some(10), false, true);
     assert!(matches!(r.on_response(compacted), Err(Stop::Relist)));
     assert_eq!(start_of(&mut r), (0, true));
-    let done = pb::WatchResponse {
-        header: header(95),
-        watch_id: WATCH_ID,
-        initial_state_done: true,
-        ..Default::default()
-    };
+    let done = state_done(header(95));
     match &r.on_response(done).unwrap()[..] {
         [Item::Resync {
             reason: ResyncReason::Compacted,
@@ -234,12 +234,7 @@ fn a_resume_names_its_history_and_another_history_is_a_lost_one() {
         Err(Stop::Relist)
     ));
     assert_eq!(start_of(&mut r), (0, true));
-    let done = pb::WatchResponse {
-        header: in_history(3, 9),
-        watch_id: WATCH_ID,
-        initial_state_done: true,
-        ..Default::default()
-    };
+    let done = state_done(in_history(3, 9));
     match &r.on_response(done).unwrap()[..] {
         [Item::Resync {
             reason: ResyncReason::HistoryLost,

@@ -42,10 +42,6 @@ impl ReadBuf {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     /// Grows to `len` bytes with zeros, or shortens to it.
     pub fn resize(&mut self, len: usize) {
         if len > self.mem.len() {

@@ -146,8 +146,8 @@ impl Shared {
         };
         loop {
             // Wait for work under the state lock alone: a helper may write meanwhile. Quiet
-            // for `release_after`: the buffers kept for reuse are taken, to be dropped.
-            let released = {
+            // for `release_after`: the buffers go back to the operating system.
+            let release = {
                 let mut st = self.state.lock();
                 loop {
                     if st.poisoned.is_some() {
@@ -157,7 +157,7 @@ impl Shared {
                     if self.sync_due(&st, sync_mode)
                         || st.ready_chunks(self.opts.max_pending_bytes) > 0
                     {
-                        break None;
+                        break false;
                     }
                     // (Not while a helper's write is under way: its records need the last
                     // fdatasync too, and it wakes the syncer when done.)
@@ -169,7 +169,7 @@ impl Shared {
                     if release_in == Some(Duration::ZERO) {
                         quiet.released = true;
                         st.buffer_releases += 1;
-                        break Some(std::mem::take(&mut st.free_buffers));
+                        break true;
                     }
                     let wait = match st.unsynced_since {
                         Some(t) => Some(self.opts.flush_interval.saturating_sub(t.elapsed())),
@@ -186,11 +186,11 @@ impl Shared {
             };
             let mut writer = self.writer.lock();
             let w = writer.as_mut().expect("the tail is set at open");
-            if let Some(buffers) = released {
-                // Outside the state lock: appenders do not wait for the unmapping. Again under
-                // the writer lock: an async helper's write may have handed buffers back since.
+            if release {
+                // Taken under the writer lock, so that no helper's write hands buffers back
+                // after; unmapped once the state lock is let go, so appenders do not wait.
+                let buffers = std::mem::take(&mut self.state.lock().free_buffers);
                 drop(buffers);
-                drop(std::mem::take(&mut self.state.lock().free_buffers));
                 if let Some(direct) = w.tail.direct.as_mut() {
                     direct.release();
                 }
